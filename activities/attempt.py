@@ -1,0 +1,175 @@
+"""The `run_job` activity: one attempt of one job on a native worker."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from pydantic import JsonValue
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from activities.runner import SolverRun, run_solver
+from activities.solver_cache import SolverCache
+from workflows.job import REPORT_SIGNAL, RUN_JOB_ACTIVITY
+from workflows.models import AttemptInput, AttemptReport, AttemptResult, ErrorType
+
+HEARTBEAT_EVERY_S = 10.0
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, the spec's timestamp unit."""
+    return int(time.time() * 1000)
+
+
+@dataclass
+class RunnerConfig:
+    """What the activity needs from the worker's settings."""
+
+    worker_id: str
+    solvers: dict[str, list[str]] = field(default_factory=dict)
+    max_output_bytes: int = 1024 * 1024
+    log_tail_bytes: int = 16 * 1024
+    # Shared by every job type this process serves: WORKER_CORES jobs at once in all.
+    slots: asyncio.Semaphore | None = None
+
+
+def parse_result(stdout: bytes) -> tuple[JsonValue, str]:
+    """stdout as JSON when it parses, else as text; and the sha256 of the result."""
+    text = stdout.decode("utf-8", errors="replace")
+    try:
+        result: JsonValue = json.loads(text)
+    except ValueError:
+        result = text
+    return result, hashlib.sha256(stdout).hexdigest()
+
+
+def solver_outcome(run: SolverRun, worker_id: str, max_output_bytes: int) -> AttemptResult:
+    """Turn a finished process into a result, or raise the attempt's failure."""
+    tail = run.stderr_tail or None
+    if run.timed_out:
+        raise ApplicationError(
+            "solver exceeded max_runtime_ms",
+            tail,
+            type=ErrorType.MAX_RUNTIME_EXCEEDED,
+            non_retryable=True,
+        )
+    if run.output_overflow:
+        raise ApplicationError(
+            f"solver printed more than {max_output_bytes} bytes",
+            tail,
+            type=ErrorType.RESULT_TOO_LARGE,
+        )
+    if run.exit_code != 0:
+        raise ApplicationError(
+            f"solver exited with code {run.exit_code}", tail, type=ErrorType.SOLVER_EXIT
+        )
+    result, result_hash = parse_result(run.stdout)
+    return AttemptResult(worker_id=worker_id, result=result, result_hash=result_hash, log_tail=tail)
+
+
+class JobActivities:
+    """Activities bound to one worker process's client, cache and settings."""
+
+    def __init__(self, client: Client, cache: SolverCache, config: RunnerConfig) -> None:
+        self._client = client
+        self._cache = cache
+        self._config = config
+
+    @activity.defn(name=RUN_JOB_ACTIVITY)
+    async def run_job(self, inp: AttemptInput) -> AttemptResult:
+        """Claim, fetch and verify the solver, run it with heartbeats, report."""
+        slots = self._config.slots
+        if slots is None:
+            return await self._attempt(inp)
+        async with slots:
+            return await self._attempt(inp)
+
+    async def _attempt(self, inp: AttemptInput) -> AttemptResult:
+        info = activity.info()
+        worker_id = self._config.worker_id
+        claimed_at = now_ms()
+        handle = self._client.get_workflow_handle(inp.job_id)
+        reported_claim = False
+
+        async def report(phase: str, started_at: int | None = None) -> None:
+            nonlocal reported_claim
+            reported_claim = True
+            report = AttemptReport(
+                attempt=inp.attempt,
+                worker_id=worker_id,
+                phase="running" if phase == "running" else "assigned",
+                claimed_at=claimed_at,
+                started_at=started_at,
+            )
+            await handle.signal(REPORT_SIGNAL, report)
+
+        timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 60.0
+        beat = asyncio.create_task(_heartbeat_loop(min(HEARTBEAT_EVERY_S, timeout / 3)))
+        reporting: asyncio.Task[None] | None = None
+        try:
+            argv = await self._solver_argv(inp, on_download=lambda: report("assigned"))
+
+            async def on_start() -> None:
+                nonlocal reporting
+                reporting = asyncio.create_task(report("running", now_ms()))
+
+            try:
+                run = await run_solver(
+                    [*argv, "--params", json.dumps(inp.params, separators=(",", ":"))],
+                    max_runtime_s=inp.max_runtime_ms / 1000,
+                    max_output_bytes=self._config.max_output_bytes,
+                    log_tail_bytes=self._config.log_tail_bytes,
+                    on_start=on_start,
+                )
+            except OSError as err:
+                raise ApplicationError(
+                    f"cannot start solver {argv[0]}: {err.strerror}",
+                    type=ErrorType.SOLVER_START_FAILED,
+                ) from err
+            if reporting is not None:
+                # The workflow must see `running` before the result, for an exact history.
+                await reporting
+            return solver_outcome(run, worker_id, self._config.max_output_bytes)
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                raise ApplicationError(
+                    "worker shut down during the attempt", type=ErrorType.WORKER_SHUTDOWN
+                ) from None
+            raise
+        finally:
+            beat.cancel()
+            if reporting is not None and not reporting.done():
+                reporting.cancel()
+
+    async def _solver_argv(
+        self, inp: AttemptInput, on_download: Callable[[], Awaitable[None]]
+    ) -> list[str]:
+        if inp.solver_url and inp.solver_checksum:
+            await self._cache.get(inp.solver_url, inp.solver_checksum, on_download)
+            path = await self._cache.verify(inp.solver_checksum)
+            return [str(path)]
+        command = self._config.solvers.get(inp.type)
+        if not command:
+            raise ApplicationError(
+                f"no solver_url and no solver registered for type {inp.type!r} on this worker",
+                type=ErrorType.SOLVER_NOT_FOUND,
+            )
+        return list(command)
+
+
+async def _heartbeat_loop(every_s: float) -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every_s)
+
+
+def split_command(command: str | list[str]) -> list[str]:
+    """A WORKER_SOLVERS entry as argv: a list as is, a string split like a shell."""
+    return list(command) if isinstance(command, list) else shlex.split(command)

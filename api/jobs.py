@@ -1,0 +1,256 @@
+"""Job operations on Temporal: submit, read, list, cancel. Used by the routes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
+
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.errors import ApiError, not_found, temporal_unavailable
+from api.settings import ApiSettings
+from api.temporal import TemporalSettings
+from workflows import attributes
+from workflows.job import CANCEL_UPDATE, JOB_QUERY
+from workflows.models import ErrorType, Job, JobInput, JobSpec, JobStatus, priority_key
+from workflows.registry import ADD_TYPE_SIGNAL, REGISTRY_WORKFLOW_ID
+from workflows.urlpolicy import literal_ip, private_address, url_shape_problem
+
+QUERY_TIMEOUT = timedelta(seconds=10)
+LIST_FETCH_CONCURRENCY = 16
+SPEC_FIELDS = tuple(JobSpec.model_fields)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds."""
+    return int(time.time() * 1000)
+
+
+def job_id_for_key(key: str) -> str:
+    """A stable job id for an idempotency key."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class JobService:
+    """What the REST facade does with Temporal."""
+
+    def __init__(self, client: Client, temporal: TemporalSettings, settings: ApiSettings) -> None:
+        self._client = client
+        self._temporal = temporal
+        self._settings = settings
+        self._registered_types: set[str] = set()
+
+    # -- submit --------------------------------------------------------------------
+
+    async def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> Job:
+        """Start a JobWorkflow; with a key, the same key and body give the same job."""
+        if spec.solver_url is not None:
+            await self._check_solver_url(spec.solver_url)
+        job_id = job_id_for_key(idempotency_key) if idempotency_key else uuid.uuid4().hex
+        created = now_ms()
+        inp = JobInput(
+            id=job_id,
+            spec=spec,
+            created_at=created,
+            priority_key=priority_key(spec.priority, self._settings.thresholds),
+            activity_task_queue=self._temporal.activity_queue(spec.type),
+            heartbeat_timeout_ms=int(self._settings.heartbeat_timeout_s * 1000),
+        )
+        start = self._client.start_workflow(
+            "JobWorkflow",
+            inp,
+            id=job_id,
+            task_queue=self._temporal.task_queue,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(attributes.STATUS, JobStatus.PENDING.value),
+                    SearchAttributePair(attributes.TYPE, spec.type),
+                    SearchAttributePair(attributes.PRIORITY, spec.priority),
+                    SearchAttributePair(attributes.WORKER, ""),
+                    SearchAttributePair(
+                        attributes.UPDATED_AT, datetime.fromtimestamp(created / 1000, UTC)
+                    ),
+                ]
+            ),
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            static_summary=f"{spec.type} job",
+        )
+        try:
+            await asyncio.gather(start, self._register_type(spec.type))
+        except WorkflowAlreadyStartedError:
+            if not idempotency_key:
+                raise
+        if idempotency_key:
+            existing = await self.get(job_id)
+            if any(
+                getattr(existing, f) != getattr(spec, f) for f in SPEC_FIELDS if f != "params"
+            ) or (existing.params != spec.params):
+                raise ApiError(
+                    409,
+                    "Idempotency-Key was already used with a different job body",
+                    id=job_id,
+                )
+            return existing
+        return _pending_job(inp)
+
+    async def _register_type(self, job_type: str) -> None:
+        if job_type in self._registered_types:
+            return
+        await self._client.start_workflow(
+            "JobTypeRegistry",
+            [],
+            id=REGISTRY_WORKFLOW_ID,
+            task_queue=self._temporal.task_queue,
+            start_signal=ADD_TYPE_SIGNAL,
+            start_signal_args=[job_type],
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        self._registered_types.add(job_type)
+
+    async def _check_solver_url(self, url: str) -> None:
+        problem = url_shape_problem(url, self._settings.schemes)
+        if problem is not None:
+            raise ApiError(422, problem, field="solver_url")
+        host = urlsplit(url).hostname
+        if self._settings.solver_allow_private_networks or host is None:
+            return
+        literal = literal_ip(host)
+        if literal is not None:
+            addresses = [literal]
+        else:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, None, type=socket.SOCK_STREAM
+                )
+            except OSError as err:
+                raise ApiError(
+                    422, f"solver_url host {host} does not resolve: {err}", field="solver_url"
+                ) from err
+            addresses = [str(info[4][0]) for info in infos]
+        bad = private_address(addresses)
+        if bad is not None:
+            raise ApiError(
+                422,
+                f"solver_url host {host} is a private or loopback address ({bad}); "
+                "set SOLVER_ALLOW_PRIVATE_NETWORKS=true to allow it",
+                field="solver_url",
+            )
+
+    # -- read ----------------------------------------------------------------------
+
+    def _handle(self, job_id: str) -> WorkflowHandle[object, object]:
+        return self._client.get_workflow_handle(job_id)
+
+    async def get(self, job_id: str) -> Job:
+        """The job as its workflow holds it."""
+        try:
+            job: Job = await self._handle(job_id).query(
+                JOB_QUERY, result_type=Job, rpc_timeout=QUERY_TIMEOUT
+            )
+            return job
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise not_found(job_id) from err
+            if err.status == RPCStatusCode.INVALID_ARGUMENT:
+                raise not_found(job_id) from err
+            if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                raise temporal_unavailable("no worker answered the job query") from err
+            raise
+        except WorkflowQueryFailedError as err:
+            raise not_found(job_id) from err
+
+    async def list_jobs(
+        self, status: JobStatus | None, job_type: str | None, limit: int, offset: int
+    ) -> list[Job]:
+        """Jobs in the spec's claim order: priority desc, then created asc."""
+        clauses = ["WorkflowType = 'JobWorkflow'"]
+        if status is not None:
+            clauses.append(f"{attributes.STATUS.name} = '{status.value}'")
+        if job_type is not None:
+            clauses.append(f"{attributes.TYPE.name} = '{job_type}'")
+        rows: list[tuple[int, datetime, str]] = []
+        async for execution in self._client.list_workflows(
+            " AND ".join(clauses), limit=self._settings.list_scan_max
+        ):
+            priority = execution.typed_search_attributes.get(attributes.PRIORITY) or 0
+            rows.append((priority, execution.start_time, execution.id))
+        rows.sort(key=lambda row: (-row[0], row[1]))
+        page = [row[2] for row in rows[offset : offset + limit]]
+        gate = asyncio.Semaphore(LIST_FETCH_CONCURRENCY)
+
+        async def fetch(job_id: str) -> Job | None:
+            async with gate:
+                try:
+                    return await self.get(job_id)
+                except ApiError as err:
+                    if err.http_status == 404:
+                        return None
+                    raise
+
+        jobs = await asyncio.gather(*(fetch(job_id) for job_id in page))
+        return [job for job in jobs if job is not None]
+
+    # -- cancel --------------------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> Job:
+        """Cancel a pending or assigned job; 409 with the status otherwise."""
+        handle = self._handle(job_id)
+        try:
+            job: Job = await handle.execute_update(CANCEL_UPDATE, result_type=Job)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_CANCELLABLE:
+                status = cause.details[0] if cause.details else None
+                raise ApiError(409, cause.message, id=job_id, status=status) from err
+            raise
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # Unknown id, or the workflow has already closed: read it to tell which.
+            job = await self.get(job_id)
+            if job.fail_reason == ErrorType.CANCELLED.value:
+                return job
+            raise ApiError(
+                409,
+                f"job is {job.status.value}; it can no longer be cancelled",
+                id=job_id,
+                status=job.status.value,
+            ) from err
+        # Ends the execution as Canceled in Temporal; the job is already cancelled.
+        await handle.cancel()
+        return job
+
+
+def _pending_job(inp: JobInput) -> Job:
+    spec = inp.spec
+    return Job(
+        id=inp.id,
+        type=spec.type,
+        params=spec.params,
+        status=JobStatus.PENDING,
+        priority=spec.priority,
+        created_at=inp.created_at,
+        max_attempts=spec.max_attempts,
+        max_runtime_ms=spec.max_runtime_ms,
+        solver_url=spec.solver_url,
+        solver_checksum=spec.solver_checksum,
+    )

@@ -1,0 +1,93 @@
+"""The FastAPI application: the REST facade over Temporal."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api import errors
+from api.jobs import JobService
+from api.routes import health, jobs
+from api.settings import ApiSettings
+from api.temporal import TemporalSettings, connect
+
+log = logging.getLogger("jobforge.api")
+
+
+class BodyLimit:
+    """413 for request bodies over the limit, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._reject(send)
+            return
+        seen = 0
+        too_big = False
+
+        async def counted() -> Message:
+            nonlocal seen, too_big
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    too_big = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except Exception:
+            if not too_big:
+                raise
+            await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        body = b'{"error":"request body is larger than %d bytes"}' % self.max_bytes
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_app(
+    settings: ApiSettings | None = None, temporal: TemporalSettings | None = None
+) -> FastAPI:
+    """Build the app; it connects to Temporal lazily, so it starts while Temporal is down."""
+    settings = (settings or ApiSettings()).with_secret()
+    temporal = temporal or TemporalSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = await connect(temporal, lazy=True)
+        app.state.jobs = JobService(client, temporal, settings)
+        yield
+
+    app = FastAPI(
+        title="jobforge",
+        summary="Durable job dispatch on Temporal",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.secret = settings.forge_ingest_secret
+    app.state.temporal = temporal
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(jobs.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,70 @@
+"""Job management routes of the spec (section 2): submit, list, read, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query, Response, status
+from pydantic import BaseModel
+
+from api.deps import Authorized, JobsDep
+from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
+
+JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
+
+
+class Submitted(BaseModel):
+    """Answer to a submission."""
+
+    id: str
+    status: JobStatus
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=Submitted)
+async def submit_job(
+    spec: JobSpec,
+    jobs: JobsDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=200,
+            description="Same key and body → the same job, created once.",
+        ),
+    ] = None,
+) -> Submitted:
+    """Enqueue a job. Returns its id and status."""
+    job = await jobs.submit(spec, idempotency_key)
+    return Submitted(id=job.id, status=job.status)
+
+
+@router.get("", response_model=list[Job])
+async def list_jobs(
+    jobs: JobsDep,
+    status: JobStatus | None = None,
+    type: Annotated[str | None, Query(pattern=TYPE_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+) -> list[Job]:
+    """Jobs, highest priority first, then oldest first (the claim order)."""
+    return await jobs.list_jobs(status, type, limit, offset)
+
+
+@router.get("/{job_id}", response_model=Job)
+async def get_job(job_id: JobId, jobs: JobsDep) -> Job:
+    """One job with its attempts, fail_history and transitions."""
+    return await jobs.get(job_id)
+
+
+@router.delete(
+    "/{job_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={409: {"description": "The job is past assigned; body has its status"}},
+)
+async def cancel_job(job_id: JobId, jobs: JobsDep) -> Response:
+    """Cancel a pending or assigned job (status failed, fail_reason cancelled)."""
+    await jobs.cancel(job_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,58 @@
+"""API settings, under the spec's environment variable names where it has them."""
+
+from __future__ import annotations
+
+import secrets
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workflows.urlpolicy import parse_schemes
+
+# Descending lower bounds: priority >= 10 → key 1, >= 1 → 2, >= 0 → 3 (the default),
+# >= -9 → 4, below → 5.
+DEFAULT_PRIORITY_THRESHOLDS = "10,1,0,-9"
+
+
+class ApiSettings(BaseSettings):
+    """The REST facade's knobs."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    forge_ingest_secret: str = Field(default="", validation_alias="FORGE_INGEST_SECRET")
+    max_body_bytes: int = Field(default=256 * 1024, validation_alias="API_MAX_BODY_BYTES")
+    heartbeat_timeout_s: float = Field(
+        default=60.0, gt=0, validation_alias="JOB_HEARTBEAT_TIMEOUT_S"
+    )
+    priority_thresholds: str = Field(
+        default=DEFAULT_PRIORITY_THRESHOLDS, validation_alias="JOB_PRIORITY_THRESHOLDS"
+    )
+    list_scan_max: int = Field(default=10_000, validation_alias="API_LIST_SCAN_MAX")
+    solver_url_schemes: str = Field(default="https", validation_alias="SOLVER_URL_SCHEMES")
+    solver_allow_private_networks: bool = Field(
+        default=False, validation_alias="SOLVER_ALLOW_PRIVATE_NETWORKS"
+    )
+
+    @field_validator("priority_thresholds")
+    @classmethod
+    def _descending(cls, value: str) -> str:
+        bounds = [int(part) for part in value.split(",") if part.strip()]
+        if not bounds or bounds != sorted(bounds, reverse=True) or len(set(bounds)) != len(bounds):
+            raise ValueError("JOB_PRIORITY_THRESHOLDS must be distinct integers, descending")
+        return value
+
+    @property
+    def thresholds(self) -> tuple[int, ...]:
+        """Priority thresholds as integers, descending."""
+        return tuple(int(part) for part in self.priority_thresholds.split(",") if part.strip())
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        """Allowed solver URL schemes."""
+        return parse_schemes(self.solver_url_schemes)
+
+    def with_secret(self) -> ApiSettings:
+        """A copy that has a secret, generating one if none was set."""
+        if self.forge_ingest_secret:
+            return self
+        return self.model_copy(update={"forge_ingest_secret": secrets.token_urlsafe(24)})

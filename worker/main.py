@@ -1,0 +1,161 @@
+"""`jobforge worker`: Temporal workers for JobWorkflow and the per-type attempt queues."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from datetime import timedelta
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.attempt import JobActivities, RunnerConfig, split_command
+from activities.solver_cache import FetchLimits, SolverCache
+from api.temporal import TemporalSettings, connect
+from worker.settings import SolverSettings, WorkerSettings
+from workflows.job import JobWorkflow
+from workflows.registry import REGISTRY_WORKFLOW_ID, TYPES_MEMO, JobTypeRegistry
+
+log = logging.getLogger("jobforge.worker")
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox, with jobforge's pure model modules passed through."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(
+            "pydantic", "pydantic_core", "workflows"
+        )
+    )
+
+
+def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
+    """The worker that runs JobWorkflow and the type registry."""
+    return Worker(
+        client,
+        task_queue=temporal.task_queue,
+        workflows=[JobWorkflow, JobTypeRegistry],
+        workflow_runner=workflow_runner(),
+    )
+
+
+async def known_job_types(client: Client) -> list[str]:
+    """Every job type ever submitted, from the registry workflow's memo."""
+    handle = client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
+    try:
+        desc = await handle.describe()
+    except RPCError:
+        return []
+    if desc.status != WorkflowExecutionStatus.RUNNING and desc.status is not None:
+        return []
+    memo = await desc.memo()
+    types = memo.get(TYPES_MEMO, [])
+    return [str(t) for t in types] if isinstance(types, list) else []
+
+
+class NativeWorker:
+    """One process: a workflow worker plus one activity worker per job type."""
+
+    def __init__(
+        self,
+        client: Client,
+        temporal: TemporalSettings,
+        settings: WorkerSettings,
+        solver: SolverSettings,
+    ) -> None:
+        self._client = client
+        self._temporal = temporal
+        self._settings = settings
+        cache = SolverCache(
+            solver.cache_dir,
+            FetchLimits(
+                max_bytes=solver.max_bytes,
+                timeout_s=solver.fetch_timeout_s,
+                schemes=solver.schemes,
+                allow_private=solver.allow_private_networks,
+            ),
+        )
+        config = RunnerConfig(
+            worker_id=settings.node_id,
+            solvers={name: split_command(cmd) for name, cmd in settings.solvers.items()},
+            max_output_bytes=solver.max_output_bytes,
+            log_tail_bytes=solver.log_tail_bytes,
+            slots=asyncio.Semaphore(settings.cores),
+        )
+        self._activities = JobActivities(client, cache, config)
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        self._workers: dict[str, Worker] = {}
+
+    def serve_type(self, job_type: str) -> None:
+        """Start polling one job type's task queue (idempotent)."""
+        if job_type in self._workers:
+            return
+        worker = Worker(
+            self._client,
+            task_queue=self._temporal.activity_queue(job_type),
+            activities=[self._activities.run_job],
+            max_concurrent_activities=self._settings.cores,
+            max_concurrent_activity_task_polls=1,
+            graceful_shutdown_timeout=timedelta(seconds=self._settings.shutdown_grace_s),
+            identity=self._settings.node_id,
+        )
+        self._add(job_type, worker)
+        log.info("serving job type %s", job_type)
+
+    def _add(self, key: str, worker: Worker) -> None:
+        self._workers[key] = worker
+        self._runs[key] = asyncio.create_task(worker.run(), name=f"worker {key}")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set, then shut down gracefully."""
+        if self._settings.run_workflows:
+            self._add("<workflows>", build_workflow_worker(self._client, self._temporal))
+        for job_type in self._settings.types:
+            self.serve_type(job_type)
+        discovery = None
+        if not self._settings.types:
+            discovery = asyncio.create_task(self._discover_types(stop))
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopped, *self._runs.values()], return_when=asyncio.FIRST_COMPLETED)
+        if discovery is not None:
+            discovery.cancel()
+        log.info(
+            "shutting down: no new claims, %.0f s for running jobs", self._settings.shutdown_grace_s
+        )
+        await asyncio.gather(
+            *(w.shutdown() for w in self._workers.values()), return_exceptions=True
+        )
+        for task in self._runs.values():
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    async def _discover_types(self, stop: asyncio.Event) -> None:
+        """Follow the type registry so types first submitted later are served too."""
+        while not stop.is_set():
+            try:
+                for job_type in await known_job_types(self._client):
+                    self.serve_type(job_type)
+            except Exception:  # a registry hiccup must not stop the worker
+                log.exception("reading the job type registry failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._settings.type_poll_ms / 1000)
+
+
+def install_stop_handlers(stop: asyncio.Event) -> None:
+    """SIGINT/SIGTERM set `stop` (a second signal is ignored; the grace period runs)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def serve(
+    temporal: TemporalSettings, settings: WorkerSettings, solver: SolverSettings
+) -> None:
+    """Entry point of `jobforge worker`."""
+    stop = asyncio.Event()
+    install_stop_handlers(stop)
+    client = await connect(temporal, identity=settings.node_id)
+    await NativeWorker(client, temporal, settings, solver).run(stop)

@@ -1,0 +1,77 @@
+"""Native worker settings, under the spec's environment variable names."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from workflows.urlpolicy import parse_schemes
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _json_or_csv(value: Any) -> Any:
+    """`["a","b"]` or `a,b`; an empty string is an empty list."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        return json.loads(text)
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+class SolverSettings(BaseSettings):
+    """Solver download policy and limits (shared by the native worker and the agent)."""
+
+    model_config = SettingsConfigDict(env_prefix="SOLVER_", extra="ignore")
+
+    cache_dir: Path = Field(default=Path("~/.jobforge/solvers"))
+    url_schemes: str = "https"
+    allow_private_networks: bool = False
+    max_bytes: int = 256 * 1024 * 1024
+    fetch_timeout_s: float = 300.0
+    max_output_bytes: int = 1024 * 1024
+    log_tail_bytes: int = 16 * 1024
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        """The allowed URL schemes as a set."""
+        return parse_schemes(self.url_schemes)
+
+
+class WorkerSettings(BaseSettings):
+    """`jobforge worker`: which types to serve, how many at once, who it is."""
+
+    model_config = SettingsConfigDict(env_prefix="WORKER_", extra="ignore")
+
+    types: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    tags: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    cores: int = Field(default=1, ge=1, le=1024)
+    solvers: dict[str, str | list[str]] = Field(default_factory=dict)
+    run_workflows: bool = True
+    shutdown_grace_s: float = 30.0
+    type_poll_ms: int = Field(default=1000, ge=50)
+    node_id: str = Field(
+        default_factory=_default_node_id,
+        validation_alias="NODE_ID",
+    )
+
+    @field_validator("types", "tags", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _json_or_csv(value)

@@ -1,0 +1,263 @@
+"""JobWorkflow: one workflow per job (workflow id = job id), the spec's state machine.
+
+Each attempt is one activity execution with `maximum_attempts=1`; the retry loop lives
+here so every failed attempt is recorded (attempts, fail_history, transitions) as it
+happens. Workers report `assigned` and `running` through one signal per attempt.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import Priority, RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    TimeoutError,
+    TimeoutType,
+    is_cancelled_exception,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import attributes
+    from workflows.models import (
+        AttemptInput,
+        AttemptReport,
+        AttemptResult,
+        ErrorType,
+        FailRecord,
+        Job,
+        JobInput,
+        JobStatus,
+        Transition,
+        attempt_activity_id,
+    )
+
+RUN_JOB_ACTIVITY = "run_job"
+CANCEL_UPDATE = "cancel"
+REPORT_SIGNAL = "attempt_report"
+JOB_QUERY = "job"
+
+# The worker enforces max_runtime_ms from the solver's start; the server-side timeout
+# is the backstop for a worker that cannot (it also covers the solver download).
+ATTEMPT_TIMEOUT_SLACK = timedelta(minutes=10)
+
+# Failures that end the job at once, whatever attempts remain.
+FINAL_FAILURES = frozenset({ErrorType.SOLVER_CHECKSUM_MISMATCH, ErrorType.MAX_RUNTIME_EXCEEDED})
+
+
+def _now_ms() -> int:
+    return int(workflow.now().timestamp() * 1000)
+
+
+@workflow.defn(name="JobWorkflow")
+class JobWorkflow:
+    """A job's whole life: attempts, reports from workers, cancel, terminal state."""
+
+    @workflow.init
+    def __init__(self, inp: JobInput) -> None:
+        spec = inp.spec
+        self._input = inp
+        self._attempt = 0
+        self._claimed_attempt = 0
+        self._handle: workflow.ActivityHandle[AttemptResult] | None = None
+        self._cancelled = False
+        self._job = Job(
+            id=inp.id,
+            type=spec.type,
+            params=spec.params,
+            status=JobStatus.PENDING,
+            priority=spec.priority,
+            created_at=inp.created_at,
+            max_attempts=spec.max_attempts,
+            max_runtime_ms=spec.max_runtime_ms,
+            solver_url=spec.solver_url,
+            solver_checksum=spec.solver_checksum,
+            transitions=[Transition(seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0)],
+        )
+
+    @workflow.run
+    async def run(self, inp: JobInput) -> Job:
+        job = self._job
+        while not self._cancelled:
+            self._attempt += 1
+            attempt = self._attempt
+            self._handle = workflow.start_activity(
+                RUN_JOB_ACTIVITY,
+                AttemptInput(
+                    job_id=job.id,
+                    attempt=attempt,
+                    type=job.type,
+                    params=job.params,
+                    solver_url=job.solver_url,
+                    solver_checksum=job.solver_checksum,
+                    max_runtime_ms=job.max_runtime_ms,
+                ),
+                result_type=AttemptResult,
+                task_queue=inp.activity_task_queue,
+                activity_id=attempt_activity_id(attempt),
+                start_to_close_timeout=timedelta(milliseconds=job.max_runtime_ms)
+                + ATTEMPT_TIMEOUT_SLACK,
+                heartbeat_timeout=timedelta(milliseconds=inp.heartbeat_timeout_ms),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+                priority=Priority(priority_key=inp.priority_key),
+                summary=f"attempt {attempt}",
+            )
+            try:
+                outcome = await self._handle
+            except ActivityError as err:
+                if self._cancelled:
+                    break
+                if is_cancelled_exception(err):
+                    # A workflow cancel request (Temporal UI, CLI): an operator's cancel.
+                    self._mark_cancelled()
+                    raise
+                self._fail_attempt(attempt, err)
+                continue
+            finally:
+                self._handle = None
+            self._complete(outcome)
+            return job
+        # Cancelled through the update: the API follows it with a workflow cancel
+        # request, which ends this wait and shows the execution as Canceled.
+        await workflow.wait_condition(lambda: False)
+        return job
+
+    @workflow.query(name=JOB_QUERY)
+    def job(self) -> Job:
+        """The job as read by the API."""
+        return self._job
+
+    @workflow.signal(name=REPORT_SIGNAL)
+    def attempt_report(self, report: AttemptReport) -> None:
+        """A worker claimed the current attempt, or started its solver process."""
+        job = self._job
+        if report.attempt != self._attempt or self._cancelled:
+            return
+        if job.status == JobStatus.PENDING:
+            self._claim(report.attempt, report.worker_id, report.claimed_at)
+        if report.phase == "running" and job.status == JobStatus.ASSIGNED:
+            started = report.started_at or report.claimed_at
+            job.heartbeat_at = started
+            self._transition(JobStatus.RUNNING, ts=started)
+
+    @workflow.update(name=CANCEL_UPDATE)
+    def cancel(self) -> Job:
+        """Cancel a pending or assigned job: failed with fail_reason `cancelled`."""
+        if not self._cancelled:
+            self._mark_cancelled()
+            if self._handle is not None:
+                self._handle.cancel()
+        return self._job
+
+    @cancel.validator
+    def _validate_cancel(self) -> None:
+        status = self._job.status
+        if self._cancelled or status in (JobStatus.PENDING, JobStatus.ASSIGNED):
+            return
+        raise ApplicationError(
+            f"job is {status.value}; only pending or assigned jobs can be cancelled",
+            status.value,
+            type=ErrorType.NOT_CANCELLABLE,
+            non_retryable=True,
+        )
+
+    # -- transitions ---------------------------------------------------------------
+
+    def _claim(self, attempt: int, worker_id: str | None, ts: int) -> None:
+        job = self._job
+        self._claimed_attempt = attempt
+        job.attempts += 1
+        job.worker_id = worker_id
+        job.claimed_at = ts
+        job.heartbeat_at = ts
+        self._transition(JobStatus.ASSIGNED, ts=ts)
+
+    def _complete(self, outcome: AttemptResult) -> None:
+        job = self._job
+        if self._claimed_attempt != self._attempt:
+            self._claim(self._attempt, outcome.worker_id, _now_ms())
+        job.worker_id = outcome.worker_id
+        job.result = outcome.result
+        job.result_hash = outcome.result_hash
+        job.log_tail = outcome.log_tail
+        job.fail_reason = None
+        job.completed_at = _now_ms()
+        self._transition(JobStatus.COMPLETED, ts=job.completed_at)
+
+    def _fail_attempt(self, attempt: int, err: ActivityError) -> None:
+        job = self._job
+        reason, final = _classify(err)
+        worker_id = job.worker_id if self._claimed_attempt == attempt else None
+        if self._claimed_attempt != attempt:
+            # The activity started without its report reaching us (a worker that died
+            # at once): the claim still counts.
+            self._claim(attempt, err.identity or None, _now_ms())
+            worker_id = job.worker_id
+        now = _now_ms()
+        job.fail_reason = reason
+        job.fail_history.append(FailRecord(reason=reason, worker_id=worker_id, ts=now))
+        if isinstance(err.cause, ApplicationError) and err.cause.details:
+            tail = err.cause.details[-1]
+            job.log_tail = tail if isinstance(tail, str) else job.log_tail
+        self._transition(JobStatus.FAILED, ts=now, reason=reason)
+        if final or job.attempts >= job.max_attempts:
+            job.completed_at = now
+            self._transition(JobStatus.QUARANTINED, ts=now, reason=reason)
+            raise ApplicationError(
+                f"quarantined after {job.attempts} attempt(s): {reason}",
+                job,
+                type=ErrorType.QUARANTINED,
+                non_retryable=True,
+            )
+        job.worker_id = None
+        job.claimed_at = None
+        job.heartbeat_at = None
+        self._transition(JobStatus.PENDING, ts=now)
+
+    def _mark_cancelled(self) -> None:
+        job = self._job
+        self._cancelled = True
+        now = _now_ms()
+        job.fail_reason = ErrorType.CANCELLED.value
+        job.completed_at = now
+        self._transition(JobStatus.FAILED, ts=now, reason=ErrorType.CANCELLED.value)
+
+    def _transition(self, status: JobStatus, *, ts: int, reason: str | None = None) -> None:
+        job = self._job
+        job.status = status
+        job.transitions.append(
+            Transition(
+                seq=len(job.transitions) + 1,
+                status=status,
+                ts=ts,
+                attempt=self._attempt,
+                worker_id=job.worker_id,
+                reason=reason,
+            )
+        )
+        workflow.upsert_search_attributes(
+            [
+                attributes.STATUS.value_set(status.value),
+                attributes.WORKER.value_set(job.worker_id or ""),
+                attributes.UPDATED_AT.value_set(workflow.now()),
+            ]
+        )
+
+
+def _classify(err: ActivityError) -> tuple[str, bool]:
+    """A failed attempt's fail_reason, and whether it ends the job at once."""
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        if cause.type == TimeoutType.HEARTBEAT:
+            return ErrorType.HEARTBEAT_TIMEOUT.value, False
+        if cause.type == TimeoutType.START_TO_CLOSE:
+            return ErrorType.MAX_RUNTIME_EXCEEDED.value, True
+        return f"timeout: {cause.type.name if cause.type else 'unknown'}", False
+    if isinstance(cause, ApplicationError):
+        kind = cause.type or "error"
+        reason = kind if cause.message in ("", kind) else f"{kind}: {cause.message}"
+        return reason, kind in FINAL_FAILURES or cause.non_retryable
+    return str(cause or err), False

@@ -1,0 +1,209 @@
+"""The job model shared by the API, the workflows and the activities.
+
+Stdlib and pydantic only: no I/O, no clocks, no environment, so the workflow sandbox,
+the API and the workers can all import it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+
+TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+PARAMS_MAX_BYTES = 64 * 1024
+PARAMS_MAX_DEPTH = 32
+MAX_RUNTIME_MS_LIMIT = 7 * 24 * 3600 * 1000
+PRIORITY_LIMIT = 1_000_000
+CHECKSUM_PATTERN = re.compile(r"^[0-9a-fA-F]{64}$")
+SOLVER_URL_MAX_LEN = 2048
+
+
+class JobStatus(StrEnum):
+    """The spec's statuses. `failed` is transient unless the job was cancelled."""
+
+    PENDING = "pending"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    QUARANTINED = "quarantined"
+
+
+TERMINAL_REASON_CANCELLED = "cancelled"
+
+
+class ErrorType(StrEnum):
+    """Failure type strings, defined once: activities raise them, the API maps them."""
+
+    SOLVER_CHECKSUM_MISMATCH = "solver_checksum_mismatch"
+    SOLVER_FETCH_FAILED = "solver_fetch_failed"
+    SOLVER_NOT_FOUND = "solver_not_found"
+    SOLVER_EXIT = "solver_exit"
+    SOLVER_START_FAILED = "solver_start_failed"
+    RESULT_TOO_LARGE = "result_too_large"
+    MAX_RUNTIME_EXCEEDED = "max_runtime_exceeded"
+    HEARTBEAT_TIMEOUT = "heartbeat_timeout"
+    WORKER_SHUTDOWN = "worker_shutdown"
+    CANCELLED = "cancelled"
+    NOT_CANCELLABLE = "not_cancellable"
+    QUARANTINED = "quarantined"
+
+
+def _json_depth(value: Any, depth: int = 1) -> int:
+    if isinstance(value, dict):
+        return max((_json_depth(v, depth + 1) for v in value.values()), default=depth)
+    if isinstance(value, list):
+        return max((_json_depth(v, depth + 1) for v in value), default=depth)
+    return depth
+
+
+class JobSpec(BaseModel):
+    """A job as a producer submits it (`POST /api/jobs`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Annotated[str, Field(pattern=TYPE_PATTERN, description="Job type; routes the job.")]
+    params: dict[str, JsonValue] = Field(default_factory=dict)
+    priority: Annotated[int, Field(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] = 0
+    max_attempts: Annotated[int, Field(ge=1, le=100)] = 3
+    max_runtime_ms: Annotated[int, Field(ge=100, le=MAX_RUNTIME_MS_LIMIT)] = 300_000
+    solver_url: Annotated[str | None, Field(max_length=SOLVER_URL_MAX_LEN)] = None
+    solver_checksum: str | None = None
+
+    @field_validator("params")
+    @classmethod
+    def _bounded_params(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if _json_depth(value) > PARAMS_MAX_DEPTH:
+            raise ValueError(f"params nests deeper than {PARAMS_MAX_DEPTH} levels")
+        if len(json.dumps(value, separators=(",", ":"))) > PARAMS_MAX_BYTES:
+            raise ValueError(f"params is larger than {PARAMS_MAX_BYTES} bytes as JSON")
+        return value
+
+    @field_validator("solver_checksum")
+    @classmethod
+    def _hex_checksum(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not CHECKSUM_PATTERN.match(value):
+            raise ValueError("solver_checksum must be 64 hex characters (sha256)")
+        return value.lower()
+
+    @model_validator(mode="after")
+    def _checksum_with_url(self) -> JobSpec:
+        if self.solver_url is not None and self.solver_checksum is None:
+            raise ValueError("solver_checksum is required when solver_url is given")
+        return self
+
+
+class FailRecord(BaseModel):
+    """One failed attempt, as the spec's fail_history entry."""
+
+    reason: str
+    worker_id: str | None = None
+    ts: int
+
+
+class Transition(BaseModel):
+    """One recorded status change of a job; the event stream is derived from these."""
+
+    seq: int
+    status: JobStatus
+    ts: int
+    attempt: int
+    worker_id: str | None = None
+    reason: str | None = None
+
+
+class Job(BaseModel):
+    """A job as read: every column of the spec's `jobs` table plus its transitions."""
+
+    id: str
+    type: str
+    params: dict[str, JsonValue]
+    status: JobStatus
+    priority: int
+    worker_id: str | None = None
+    result: JsonValue = None
+    result_hash: str | None = None
+    created_at: int
+    claimed_at: int | None = None
+    heartbeat_at: int | None = None
+    completed_at: int | None = None
+    attempts: int = 0
+    max_attempts: int
+    max_runtime_ms: int
+    fail_reason: str | None = None
+    fail_history: list[FailRecord] = Field(default_factory=list)
+    solver_url: str | None = None
+    solver_checksum: str | None = None
+    log_tail: str | None = None
+    transitions: list[Transition] = Field(default_factory=list)
+
+
+class JobInput(BaseModel):
+    """JobWorkflow's input: the spec plus what the API decided at submit time."""
+
+    id: str
+    spec: JobSpec
+    created_at: int
+    priority_key: int
+    activity_task_queue: str
+    heartbeat_timeout_ms: int
+
+
+class AttemptInput(BaseModel):
+    """What a worker needs to run one attempt of a job."""
+
+    job_id: str
+    attempt: int
+    type: str
+    params: dict[str, JsonValue]
+    solver_url: str | None = None
+    solver_checksum: str | None = None
+    max_runtime_ms: int
+
+
+class AttemptReport(BaseModel):
+    """Signal from a worker: it claimed the attempt, or its solver process started."""
+
+    attempt: int
+    worker_id: str
+    phase: Literal["assigned", "running"]
+    claimed_at: int
+    started_at: int | None = None
+
+
+class AttemptResult(BaseModel):
+    """A successful attempt's outcome."""
+
+    worker_id: str
+    result: JsonValue
+    result_hash: str
+    log_tail: str | None = None
+
+
+class CancelOutcome(BaseModel):
+    """Answer to the cancel update."""
+
+    job: Job
+
+
+def attempt_activity_id(attempt: int) -> str:
+    """Activity id of one attempt; a late report for another attempt is ignored."""
+    return f"attempt-{attempt}"
+
+
+def priority_key(priority: int, thresholds: tuple[int, ...]) -> int:
+    """Map the spec's integer priority (higher first) onto Temporal keys (1 = first).
+
+    `thresholds` are descending lower bounds: a priority at or above thresholds[i]
+    gets key i + 1; below all of them, key len(thresholds) + 1.
+    """
+    for index, bound in enumerate(thresholds):
+        if priority >= bound:
+            return index + 1
+    return len(thresholds) + 1
