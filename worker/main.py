@@ -115,6 +115,13 @@ class NativeWorker:
             self._add("<workflows>", build_workflow_worker(self._client, self._temporal))
         for job_type in self._settings.types:
             self.serve_type(job_type)
+        log.info(
+            "worker %s ready: workflows=%s types=%s cores=%d",
+            self._settings.node_id,
+            self._settings.run_workflows,
+            ",".join(self._settings.types) or "<all>",
+            self._settings.cores,
+        )
         discovery = None
         if not self._settings.types:
             discovery = asyncio.create_task(self._discover_types(stop))

@@ -1,0 +1,306 @@
+"""Fixtures: a real Temporal dev server, real API and worker processes, test solvers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from worker.devserver import DevServer, free_port, wait_for_port
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "test-secret"
+REGISTERED_TYPE = "registered-echo"
+REGISTERED_SOLVER = [
+    sys.executable,
+    "-c",
+    "import json, sys; print(json.dumps({'registered': True, 'argv': sys.argv[1:]}))",
+]
+PYTHON = sys.executable
+
+
+def wait_until(
+    condition: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> Any:
+    """Poll `condition` until it returns something truthy, or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
+
+
+def base_env(temporal: DevServer, **extra: str) -> dict[str, str]:
+    """Environment for jobforge processes under test."""
+    env = dict(os.environ)
+    env.update(
+        TEMPORAL_ADDRESS=temporal.address,
+        FORGE_INGEST_SECRET=SECRET,
+        SOLVER_URL_SCHEMES="https,http,file",
+        SOLVER_ALLOW_PRIVATE_NETWORKS="true",
+        WORKER_TYPE_POLL_MS="100",
+        LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Proc:
+    """A jobforge process started by a test, with its log file."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        """Everything it logged so far."""
+        return self.log.read_text(errors="replace")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 45.0) -> int:
+        """Signal it and wait for it to exit."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.stop(signal.SIGKILL)
+
+
+@dataclass
+class Api:
+    """A running API process and an authenticated client for it."""
+
+    url: str
+    proc: Proc
+    http: httpx.Client
+
+    def submit(self, **spec: Any) -> str:
+        """POST /api/jobs and return the new job's id."""
+        response = self.http.post("/api/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job_id: str = response.json()["id"]
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """GET /api/jobs/{id}."""
+        response = self.http.get(f"/api/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def wait_status(self, job_id: str, *statuses: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Poll the job until its status is one of `statuses`."""
+
+        def reached() -> dict[str, Any] | None:
+            job = self.job(job_id)
+            return job if job["status"] in statuses else None
+
+        result: dict[str, Any] = wait_until(
+            reached, timeout=timeout, what=f"job {job_id} to be {statuses}"
+        )
+        return result
+
+
+@pytest.fixture(scope="session")
+def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    """One dev server for the session (SQLite file, tuned dynamic config, headless)."""
+    data = tmp_path_factory.mktemp("temporal")
+    server = DevServer(data, port=free_port(), ui_port=None)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Proc]]:
+    """Start `python -m worker.cli <args>` with an env; all are stopped at session end."""
+    logs = tmp_path_factory.mktemp("logs")
+    started: list[Proc] = []
+
+    def start(args: list[str], env: dict[str, str]) -> Proc:
+        log = logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [PYTHON, "-m", "worker.cli", *args],
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        proc = Proc(process, log)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def start_api(temporal: DevServer, spawn: Callable[..., Proc]) -> Iterator[Callable[..., Api]]:
+    """Factory: an API process with extra env; it answers /healthz before returning."""
+    clients: list[httpx.Client] = []
+
+    def start(**env: str) -> Api:
+        port = free_port()
+        proc = spawn(["api", "--port", str(port)], base_env(temporal, **env))
+        wait_for_port(port, 30, proc.process)
+        url = f"http://127.0.0.1:{port}"
+        http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=30)
+        clients.append(http)
+        return Api(url, proc, http)
+
+    yield start
+    for http in clients:
+        http.close()
+
+
+@pytest.fixture(scope="session")
+def start_worker(temporal: DevServer, spawn: Callable[..., Proc]) -> Callable[..., Proc]:
+    """Factory: a native worker process; returns once it polls its types (or workflows)."""
+
+    def start(*, ready: str = "serving job type", **env: str) -> Proc:
+        env.setdefault("SOLVER_CACHE_DIR", str(Path(env.get("TMPDIR", "/tmp")) / "jf-cache"))
+        proc = spawn(["worker"], base_env(temporal, **env))
+        wait_until(
+            lambda: ready in proc.output() or proc.process.poll() is not None,
+            timeout=30,
+            what="worker to start",
+        )
+        assert proc.process.poll() is None, proc.output()
+        return proc
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def api(start_api: Callable[..., Api]) -> Api:
+    """The session's API (heartbeat timeout 60 s, as shipped)."""
+    return start_api()
+
+
+@pytest.fixture(scope="session")
+def session_worker(
+    start_worker: Callable[..., Proc], tmp_path_factory: pytest.TempPathFactory
+) -> Proc:
+    """The session's worker: runs workflows and every job type, 4 jobs at once."""
+    cache = tmp_path_factory.mktemp("session-cache")
+    return start_worker(
+        ready="ready: workflows=True",
+        WORKER_CORES="4",
+        SOLVER_CACHE_DIR=str(cache),
+        NODE_ID="session-worker",
+        WORKER_SOLVERS=json.dumps({REGISTERED_TYPE: REGISTERED_SOLVER}),
+    )
+
+
+@pytest.fixture
+def job_type() -> str:
+    """A fresh job type, hence a fresh activity task queue, per test."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class Solver:
+    """A solver script on disk, addressable by file:// URL with its checksum."""
+
+    path: Path
+
+    @property
+    def url(self) -> str:
+        """file:// URL of the script."""
+        return self.path.as_uri()
+
+    @property
+    def checksum(self) -> str:
+        """sha256 of the script."""
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+    def spec(self, job_type: str, **extra: Any) -> dict[str, Any]:
+        """A job spec running this solver."""
+        return {"type": job_type, "solver_url": self.url, "solver_checksum": self.checksum, **extra}
+
+
+@pytest.fixture
+def make_solver(tmp_path: Path) -> Callable[[str], Solver]:
+    """Factory: write a Python solver script (body gets `params` and `run_dir`)."""
+
+    def make(body: str) -> Solver:
+        path = tmp_path / f"solver-{uuid.uuid4().hex[:8]}.py"
+        source = (
+            f"#!{PYTHON}\n"
+            "import json, os, sys, time\n"
+            "params = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}\n"
+            + textwrap.dedent(body)
+        )
+        path.write_text(source)
+        path.chmod(0o755)
+        return Solver(path)
+
+    return make
+
+
+@dataclass
+class SolverServer:
+    """An HTTP server on loopback that serves files and counts requests per path."""
+
+    root: Path
+    port: int
+    hits: Counter[str] = field(default_factory=Counter)
+
+    def url(self, name: str) -> str:
+        """URL of a file under root."""
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+
+@pytest.fixture
+def solver_server(tmp_path: Path) -> Iterator[SolverServer]:
+    """Serve tmp_path/served over HTTP on loopback."""
+    root = tmp_path / "served"
+    root.mkdir()
+    state = SolverServer(root, 0)
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self) -> None:
+            state.hits[self.path] += 1
+            super().do_GET()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
