@@ -1,0 +1,31 @@
+# jobforge: `make dev` brings up the embedded stack, `make test` runs the whole suite.
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: dev test lint bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+dev: $(STAMP)
+	$(BIN)/jobforge dev
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/throughput --jobs 1000
+
+clean:
+	rm -rf $(VENV) .jobforge .pytest_cache .mypy_cache .ruff_cache
