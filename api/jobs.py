@@ -31,11 +31,12 @@ from api.temporal import TemporalSettings
 from workflows import attributes
 from workflows.job import CANCEL_UPDATE, JOB_QUERY
 from workflows.models import ErrorType, Job, JobInput, JobSpec, JobStatus, priority_key
-from workflows.registry import ADD_TYPE_SIGNAL, REGISTRY_WORKFLOW_ID
+from workflows.registry import ADD_TYPE_SIGNAL, REGISTRY_WORKFLOW_ID, TYPES_MEMO
 from workflows.urlpolicy import literal_ip, private_address, url_shape_problem
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 LIST_FETCH_CONCURRENCY = 16
+KNOWN_TYPES_TTL_S = 1.0
 SPEC_FIELDS = tuple(JobSpec.model_fields)
 
 
@@ -57,6 +58,7 @@ class JobService:
         self._temporal = temporal
         self._settings = settings
         self._registered_types: set[str] = set()
+        self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
 
     # -- submit --------------------------------------------------------------------
 
@@ -112,6 +114,23 @@ class JobService:
             return existing
         return _pending_job(inp)
 
+    async def known_types(self) -> list[str]:
+        """Every job type submitted so far (the registry's memo, cached for a second)."""
+        cached_at, types = self._known_types
+        if time.monotonic() - cached_at < KNOWN_TYPES_TTL_S:
+            return types
+        try:
+            desc = await self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID).describe()
+            memo = await desc.memo()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            memo = {}
+        raw = memo.get(TYPES_MEMO, [])
+        types = [str(t) for t in raw] if isinstance(raw, list) else []
+        self._known_types = (time.monotonic(), types)
+        return types
+
     async def _register_type(self, job_type: str) -> None:
         if job_type in self._registered_types:
             return
@@ -130,7 +149,12 @@ class JobService:
         problem = url_shape_problem(url, self._settings.schemes)
         if problem is not None:
             raise ApiError(422, problem, field="solver_url")
-        host = urlsplit(url).hostname
+        parts = urlsplit(url)
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number in range
+        except ValueError as err:
+            raise ApiError(422, f"solver_url has a bad port: {err}", field="solver_url") from err
+        host = parts.hostname
         if self._settings.solver_allow_private_networks or host is None:
             return
         literal = literal_ip(host)
@@ -141,7 +165,7 @@ class JobService:
                 infos = await asyncio.get_running_loop().getaddrinfo(
                     host, None, type=socket.SOCK_STREAM
                 )
-            except OSError as err:
+            except (OSError, UnicodeError) as err:  # UnicodeError: not a valid host name
                 raise ApiError(
                     422, f"solver_url host {host} does not resolve: {err}", field="solver_url"
                 ) from err
@@ -221,7 +245,10 @@ class JobService:
             if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_CANCELLABLE:
                 status = cause.details[0] if cause.details else None
                 raise ApiError(409, cause.message, id=job_id, status=status) from err
-            raise
+            # Not the job's own refusal: most likely the id names a workflow that is not
+            # a job (no cancel update there), which the read tells with a 404.
+            await self.get(job_id)
+            raise ApiError(502, f"cancel failed: {cause or err}", id=job_id) from err
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise

@@ -10,10 +10,12 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
+from api.bridge import Bridge
 from api.jobs import JobService
-from api.routes import health, jobs
+from api.routes import agents, health, jobs
 from api.settings import ApiSettings
 from api.temporal import TemporalSettings, connect
+from api.workers import WorkerDirectory
 
 log = logging.getLogger("jobforge.api")
 
@@ -35,9 +37,12 @@ class BodyLimit:
             return
         seen = 0
         too_big = False
+        started = False
 
         async def counted() -> Message:
             nonlocal seen, too_big
+            if too_big:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
@@ -46,11 +51,22 @@ class BodyLimit:
                     return {"type": "http.disconnect"}
             return message
 
+        async def guarded(message: Message) -> None:
+            # The app answers the cut-off body itself (FastAPI: 400 "error parsing the
+            # body"); that answer is dropped and replaced by the 413.
+            nonlocal started
+            if too_big and not started:
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
         try:
-            await self.app(scope, counted, send)
+            await self.app(scope, counted, guarded)
         except Exception:
-            if not too_big:
+            if not too_big or started:
                 raise
+        if too_big and not started:
             await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
@@ -76,6 +92,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await connect(temporal, lazy=True)
         app.state.jobs = JobService(client, temporal, settings)
+        app.state.bridge = Bridge(client, temporal, app.state.jobs)
+        app.state.workers = WorkerDirectory(client, temporal, settings.heartbeat_timeout_s)
         yield
 
     app = FastAPI(
@@ -88,6 +106,7 @@ def create_app(
     app.state.temporal = temporal
     errors.install(app)
     app.include_router(health.router)
+    app.include_router(agents.router)
     app.include_router(jobs.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

@@ -64,6 +64,23 @@ def worker() -> None:
 
 
 @app.command()
+def agent() -> None:
+    """Run an HTTP-only worker (HUB_URL, NODE_ID, FORGE_INGEST_SECRET, WORKER_* env)."""
+    from pydantic import ValidationError
+
+    from worker.agent import AgentSettings, serve
+    from worker.settings import SolverSettings
+
+    _logging()
+    try:
+        settings = (AgentSettings(), SolverSettings())
+    except ValidationError as err:
+        _fail(f"bad agent setting: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}", 2)
+    asyncio.run(serve(*settings))
+    _exit(0)
+
+
+@app.command()
 def api(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
@@ -102,40 +119,56 @@ def dev(
     ),
 ) -> None:
     """Start the embedded stack: Temporal dev server, API and one worker."""
-    from worker.devserver import DevServer, env_with, wait_for_port
+    from worker.devserver import DevServer, env_with, port_in_use, wait_for_port
 
     data_dir = data_dir.resolve()
     secret = os.environ.get("FORGE_INGEST_SECRET") or secrets.token_urlsafe(24)
     generated = not os.environ.get("FORGE_INGEST_SECRET")
-    server = DevServer(data_dir, port=temporal_port, ui_port=ui_port)
     try:
-        server.start()
-    except (OSError, RuntimeError, TimeoutError) as err:
-        _fail(f"Temporal dev server did not start ({err}); see {data_dir / 'temporal.log'}")
-    solvers: dict[str, Any] = json.loads(os.environ.get("WORKER_SOLVERS") or "{}")
+        solvers: dict[str, Any] = json.loads(os.environ.get("WORKER_SOLVERS") or "{}")
+    except ValueError as err:
+        _fail(f"WORKER_SOLVERS is not JSON: {err}", 2)
+    if not isinstance(solvers, dict):
+        _fail("WORKER_SOLVERS must be a JSON object of type → command", 2)
     solvers.setdefault(DemoType, [sys.executable, "-m", "worker.demo_solver"])
-    env = env_with(
-        FORGE_INGEST_SECRET=secret,
-        TEMPORAL_ADDRESS=server.address,
-        TEMPORAL_UI_URL=f"http://127.0.0.1:{ui_port}",
-        WORKER_SOLVERS=json.dumps(solvers),
-        SOLVER_CACHE_DIR=os.environ.get("SOLVER_CACHE_DIR", str(data_dir / "solvers")),
-    )
-    jobforge = [sys.executable, "-m", "worker.cli"]
-    children = [
-        subprocess.Popen([*jobforge, "api", "--port", str(api_port)], env=env),
-        subprocess.Popen([*jobforge, "worker"], env=env),
-    ]
+    if port_in_use(api_port):
+        _fail(f"API port {api_port} is already in use", 2)
     stopping = False
 
     def stop(*_: object) -> None:
+        # The first Ctrl-C interrupts whatever dev is waiting for (the server start, the
+        # API's port, the idle loop); the cleanup below then runs undisturbed.
         nonlocal stopping
-        stopping = True
+        if not stopping:
+            stopping = True
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    server = DevServer(data_dir, port=temporal_port, ui_port=ui_port)
+    children: list[subprocess.Popen[bytes]] = []
+    code = 0
     try:
-        wait_for_port(api_port, 30, children[0])
+        try:
+            server.start()
+        except (OSError, RuntimeError, TimeoutError) as err:
+            raise _DevError(
+                f"Temporal dev server did not start ({err}); see {data_dir / 'temporal.log'}"
+            ) from err
+        env = env_with(
+            FORGE_INGEST_SECRET=secret,
+            TEMPORAL_ADDRESS=server.address,
+            TEMPORAL_UI_URL=f"http://127.0.0.1:{ui_port}",
+            WORKER_SOLVERS=json.dumps(solvers),
+            SOLVER_CACHE_DIR=os.environ.get("SOLVER_CACHE_DIR", str(data_dir / "solvers")),
+        )
+        jobforge = [sys.executable, "-m", "worker.cli"]
+        children.append(subprocess.Popen([*jobforge, "api", "--port", str(api_port)], env=env))
+        children.append(subprocess.Popen([*jobforge, "worker"], env=env))
+        try:
+            wait_for_port(api_port, 30, children[0])
+        except (RuntimeError, TimeoutError) as err:
+            raise _DevError(f"the API did not start: {err}") from err
         typer.echo(f"jobforge API     http://127.0.0.1:{api_port}")
         typer.echo(f"API docs         http://127.0.0.1:{api_port}/docs")
         typer.echo(f"Temporal UI      http://127.0.0.1:{ui_port}")
@@ -143,11 +176,24 @@ def dev(
         if generated:
             typer.echo(f"FORGE_INGEST_SECRET={secret}")
         typer.echo("Ctrl-C stops everything.")
-        while not stopping and all(child.poll() is None for child in children):
+        while all(child.poll() is None for child in children):
+            if server.process is not None and server.process.poll() is not None:
+                raise _DevError(f"the Temporal dev server exited ({server.process.returncode})")
             time.sleep(0.2)
-    except (RuntimeError, TimeoutError) as err:
+        names = ("API", "worker")
+        dead = [
+            f"{name} ({child.returncode})"
+            for name, child in zip(names, children, strict=True)
+            if child.poll() is not None
+        ]
+        raise _DevError(f"{', '.join(dead) or 'a child'} exited; stopping everything")
+    except KeyboardInterrupt:
+        typer.echo("stopping…")
+    except _DevError as err:
         typer.echo(f"error: {err}", err=True)
+        code = 1
     finally:
+        stopping = True  # a further Ctrl-C must not cut the cleanup short
         for child in children:
             if child.poll() is None:
                 child.terminate()
@@ -156,8 +202,13 @@ def dev(
                 child.wait(40)
             except subprocess.TimeoutExpired:
                 child.kill()
+                child.wait()
         server.stop()
-    _exit(0)
+    _exit(code)
+
+
+class _DevError(Exception):
+    """`jobforge dev` cannot go on; the message says why."""
 
 
 # -- job client over REST ----------------------------------------------------------

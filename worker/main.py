@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from datetime import timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -16,9 +17,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.attempt import JobActivities, RunnerConfig, split_command
 from activities.solver_cache import FetchLimits, SolverCache
 from api.temporal import TemporalSettings, connect
+from api.workers import SEEN_EVERY_S, register_worker
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.job import JobWorkflow
+from workflows.models import WorkerInfo
 from workflows.registry import REGISTRY_WORKFLOW_ID, TYPES_MEMO, JobTypeRegistry
+from workflows.workers import SEEN_SIGNAL, WorkerRecordWorkflow, worker_workflow_id
 
 log = logging.getLogger("jobforge.worker")
 
@@ -37,7 +41,7 @@ def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
     return Worker(
         client,
         task_queue=temporal.task_queue,
-        workflows=[JobWorkflow, JobTypeRegistry],
+        workflows=[JobWorkflow, JobTypeRegistry, WorkerRecordWorkflow],
         workflow_runner=workflow_runner(),
     )
 
@@ -122,11 +126,13 @@ class NativeWorker:
             ",".join(self._settings.types) or "<all>",
             self._settings.cores,
         )
+        presence = asyncio.create_task(self._announce(stop))
         discovery = None
         if not self._settings.types:
             discovery = asyncio.create_task(self._discover_types(stop))
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait([stopped, *self._runs.values()], return_when=asyncio.FIRST_COMPLETED)
+        presence.cancel()
         if discovery is not None:
             discovery.cancel()
         log.info(
@@ -138,6 +144,30 @@ class NativeWorker:
         for task in self._runs.values():
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
+
+    async def _announce(self, stop: asyncio.Event) -> None:
+        """Register this worker, then tell its record it is alive every so often."""
+        settings = self._settings
+        info = WorkerInfo(
+            worker_id=settings.node_id,
+            name=settings.node_id,
+            cores=settings.cores,
+            tags=settings.tags,
+            kind="native",
+        )
+        handle = self._client.get_workflow_handle(worker_workflow_id(settings.node_id))
+        registered = False
+        while not stop.is_set():
+            try:
+                if not registered:
+                    await register_worker(self._client, self._temporal, info)
+                    registered = True
+                else:
+                    await handle.signal(SEEN_SIGNAL, int(time.time() * 1000))
+            except Exception:  # presence is best effort; jobs do not depend on it
+                log.warning("could not update this worker's record", exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SEEN_EVERY_S)
 
     async def _discover_types(self, stop: asyncio.Event) -> None:
         """Follow the type registry so types first submitted later are served too."""

@@ -83,6 +83,7 @@ class JobWorkflow:
         while not self._cancelled:
             self._attempt += 1
             attempt = self._attempt
+            job.attempt = attempt
             self._handle = workflow.start_activity(
                 RUN_JOB_ACTIVITY,
                 AttemptInput(
@@ -177,18 +178,27 @@ class JobWorkflow:
 
     def _complete(self, outcome: AttemptResult) -> None:
         job = self._job
+        now = _now_ms()
         if self._claimed_attempt != self._attempt:
-            self._claim(self._attempt, outcome.worker_id, _now_ms())
+            self._claim(self._attempt, outcome.worker_id, now)
+        if job.status == JobStatus.ASSIGNED:
+            # A result without a report of the start (a fast HTTP agent): the solver ran.
+            self._transition(JobStatus.RUNNING, ts=now)
         job.worker_id = outcome.worker_id
         job.result = outcome.result
         job.result_hash = outcome.result_hash
+        job.result_key = outcome.result_key or outcome.result_hash
         job.log_tail = outcome.log_tail
         job.fail_reason = None
-        job.completed_at = _now_ms()
-        self._transition(JobStatus.COMPLETED, ts=job.completed_at)
+        job.completed_at = now
+        self._transition(JobStatus.COMPLETED, ts=now)
 
     def _fail_attempt(self, attempt: int, err: ActivityError) -> None:
         job = self._job
+        if self._claimed_attempt != attempt and _unclaimed_handback(err):
+            # Nobody claimed this attempt (the HTTP bridge handed the task back, or it
+            # died holding it): not an attempt; the next loop schedules a fresh one.
+            return
         reason, final = _classify(err)
         worker_id = job.worker_id if self._claimed_attempt == attempt else None
         if self._claimed_attempt != attempt:
@@ -247,6 +257,13 @@ class JobWorkflow:
         )
 
 
+def _unclaimed_handback(err: ActivityError) -> bool:
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return cause.type == ErrorType.CLAIM_ABANDONED
+    return isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT
+
+
 def _classify(err: ActivityError) -> tuple[str, bool]:
     """A failed attempt's fail_reason, and whether it ends the job at once."""
     cause = err.cause
@@ -256,6 +273,9 @@ def _classify(err: ActivityError) -> tuple[str, bool]:
         if cause.type == TimeoutType.START_TO_CLOSE:
             return ErrorType.MAX_RUNTIME_EXCEEDED.value, True
         return f"timeout: {cause.type.name if cause.type else 'unknown'}", False
+    if isinstance(cause, ApplicationError) and cause.type == ErrorType.AGENT_FAILURE:
+        reason = cause.message or ErrorType.AGENT_FAILURE.value
+        return reason, reason.split(":", 1)[0].strip() in FINAL_FAILURES
     if isinstance(cause, ApplicationError):
         kind = cause.type or "error"
         reason = kind if cause.message in ("", kind) else f"{kind}: {cause.message}"

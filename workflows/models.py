@@ -18,7 +18,7 @@ PARAMS_MAX_BYTES = 64 * 1024
 PARAMS_MAX_DEPTH = 32
 MAX_RUNTIME_MS_LIMIT = 7 * 24 * 3600 * 1000
 PRIORITY_LIMIT = 1_000_000
-CHECKSUM_PATTERN = re.compile(r"^[0-9a-fA-F]{64}$")
+CHECKSUM_PATTERN = re.compile(r"[0-9a-fA-F]{64}")
 SOLVER_URL_MAX_LEN = 2048
 
 
@@ -51,6 +51,10 @@ class ErrorType(StrEnum):
     CANCELLED = "cancelled"
     NOT_CANCELLABLE = "not_cancellable"
     QUARANTINED = "quarantined"
+    # The HTTP bridge got a task but no claimer was left to take it: not an attempt.
+    CLAIM_ABANDONED = "claim_abandoned"
+    # A failure an HTTP agent reported; its reason is kept verbatim.
+    AGENT_FAILURE = "agent_failure"
 
 
 def _json_depth(value: Any, depth: int = 1) -> int:
@@ -68,9 +72,10 @@ class JobSpec(BaseModel):
 
     type: Annotated[str, Field(pattern=TYPE_PATTERN, description="Job type; routes the job.")]
     params: dict[str, JsonValue] = Field(default_factory=dict)
-    priority: Annotated[int, Field(ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] = 0
-    max_attempts: Annotated[int, Field(ge=1, le=100)] = 3
-    max_runtime_ms: Annotated[int, Field(ge=100, le=MAX_RUNTIME_MS_LIMIT)] = 300_000
+    # Strict: a JSON `true` or `"5"` is a mistake, not 1 or 5.
+    priority: Annotated[int, Field(strict=True, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)] = 0
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=100)] = 3
+    max_runtime_ms: Annotated[int, Field(strict=True, ge=100, le=MAX_RUNTIME_MS_LIMIT)] = 300_000
     solver_url: Annotated[str | None, Field(max_length=SOLVER_URL_MAX_LEN)] = None
     solver_checksum: str | None = None
 
@@ -79,7 +84,15 @@ class JobSpec(BaseModel):
     def _bounded_params(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
         if _json_depth(value) > PARAMS_MAX_DEPTH:
             raise ValueError(f"params nests deeper than {PARAMS_MAX_DEPTH} levels")
-        if len(json.dumps(value, separators=(",", ":"))) > PARAMS_MAX_BYTES:
+        try:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except ValueError as err:  # NaN or Infinity: not JSON
+            raise ValueError(f"params is not representable as JSON: {err}") from None
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError("params contains a lone surrogate, which is not valid UTF-8") from None
+        if size > PARAMS_MAX_BYTES:
             raise ValueError(f"params is larger than {PARAMS_MAX_BYTES} bytes as JSON")
         return value
 
@@ -88,7 +101,7 @@ class JobSpec(BaseModel):
     def _hex_checksum(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not CHECKSUM_PATTERN.match(value):
+        if not CHECKSUM_PATTERN.fullmatch(value):
             raise ValueError("solver_checksum must be 64 hex characters (sha256)")
         return value.lower()
 
@@ -141,6 +154,10 @@ class Job(BaseModel):
     solver_url: str | None = None
     solver_checksum: str | None = None
     log_tail: str | None = None
+    result_key: str | None = Field(
+        default=None, description="Idempotency key of the accepted result"
+    )
+    attempt: int = Field(default=0, description="Number of the current or last attempt")
     transitions: list[Transition] = Field(default_factory=list)
 
 
@@ -184,12 +201,46 @@ class AttemptResult(BaseModel):
     result: JsonValue
     result_hash: str
     log_tail: str | None = None
+    result_key: str | None = None
 
 
-class CancelOutcome(BaseModel):
-    """Answer to the cancel update."""
+class WorkerInfo(BaseModel):
+    """A worker's registration (`POST /api/workers/register`), native or HTTP agent."""
 
-    job: Job
+    model_config = ConfigDict(extra="forbid")
+
+    worker_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
+    name: Annotated[str | None, Field(max_length=200)] = None
+    cores: Annotated[int, Field(ge=1, le=4096)] = 1
+    ram_gb: Annotated[float, Field(ge=0, le=1_000_000)] = 1.0
+    tags: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)] = Field(
+        default_factory=list
+    )
+    kind: Literal["agent", "native"] = "agent"
+
+
+class WorkerRecord(BaseModel):
+    """A registered worker as stored in its record workflow's memo."""
+
+    info: WorkerInfo
+    registered_at: int
+    last_heartbeat: int | None = None
+
+
+class ClaimedJob(BaseModel):
+    """What a claimer gets: the job and what it needs to run this attempt."""
+
+    id: str
+    type: str
+    status: JobStatus
+    worker_id: str
+    attempt: int
+    params: dict[str, JsonValue]
+    solver_url: str | None = None
+    solver_checksum: str | None = None
+    max_runtime_ms: int
+    heartbeat_timeout_ms: int = Field(description="Heartbeat at least three times per this")
+    claimed_at: int
 
 
 def attempt_activity_id(attempt: int) -> str:

@@ -1,0 +1,354 @@
+"""The HTTP-agent bridge: the spec's worker routes onto Temporal's activity protocol.
+
+Claim = a long-poll of the job types' activity task queues made by the API on the
+agent's behalf; heartbeat / result / fail = record heartbeat / complete / fail the
+current attempt's activity by workflow id and activity id. There is no lease table:
+Temporal's matching gives each task to exactly one poll, and a poll is never cancelled
+from our side (a cancelled poll may already own a task), so a task that arrives when no
+claimer is left is handed back as `claim_abandoned`, which the workflow does not count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic import JsonValue
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    PollActivityTaskQueueRequest,
+    PollActivityTaskQueueResponse,
+)
+from temporalio.client import AsyncActivityCancelledError, Client
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.errors import ApiError
+from api.jobs import JobService, now_ms
+from api.temporal import TemporalSettings
+from workflows.job import FINAL_FAILURES, REPORT_SIGNAL
+from workflows.models import (
+    AttemptInput,
+    AttemptReport,
+    AttemptResult,
+    ClaimedJob,
+    ErrorType,
+    Job,
+    JobStatus,
+    attempt_activity_id,
+)
+
+log = logging.getLogger("jobforge.bridge")
+
+POLL_RPC_TIMEOUT = timedelta(seconds=75)
+MAX_POLLS_PER_QUEUE = 4
+# How long a task that arrived after its claimer left waits for the next claimer.
+HOLD_S = 1.0
+HELD_STATUSES = (JobStatus.ASSIGNED, JobStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A task from one queue's poll."""
+
+    pump: QueuePump
+    task: PollActivityTaskQueueResponse
+
+
+@dataclass
+class Waiter:
+    """A claimer waiting for a task on one or more queues."""
+
+    worker_id: str
+    future: asyncio.Future[Delivery]
+
+
+@dataclass
+class QueuePump:
+    """Polls of one activity task queue, started only while claimers wait."""
+
+    name: str
+    waiters: deque[Waiter] = field(default_factory=deque)
+    held: deque[Delivery] = field(default_factory=deque)
+    polls: int = 0
+
+    def live_waiters(self) -> int:
+        """Claimers still waiting here."""
+        while self.waiters and self.waiters[0].future.done():
+            self.waiters.popleft()
+        return sum(1 for w in self.waiters if not w.future.done())
+
+
+class Bridge:
+    """Claim, heartbeat, result and fail for HTTP agents."""
+
+    def __init__(self, client: Client, temporal: TemporalSettings, jobs: JobService) -> None:
+        self._client = client
+        self._temporal = temporal
+        self._jobs = jobs
+        self._pumps: dict[str, QueuePump] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._identity = f"jobforge-bridge@{socket.gethostname()}"
+
+    # -- claim ---------------------------------------------------------------------
+
+    async def claim(
+        self,
+        worker_id: str,
+        types: list[str] | None,
+        wait_s: float,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> ClaimedJob | None:
+        """The next attempt for this worker, or None when none came within `wait_s`.
+
+        `gone` tells whether the claimer hung up; a task is then passed on, not lost.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            queues = await self._queues(types)
+            remaining = deadline - time.monotonic()
+            delivery = await self._wait_for_task(worker_id, queues, max(remaining, 0.0), types)
+            if delivery is None:
+                if time.monotonic() >= deadline:
+                    return None
+                continue
+            if gone is not None and await gone():
+                self._deliver(delivery)
+                return None
+            claimed = await self._hand_over(worker_id, delivery.task)
+            if claimed is not None:
+                return claimed
+
+    async def _queues(self, types: list[str] | None) -> list[str]:
+        names = types if types else await self._jobs.known_types()
+        return [self._temporal.activity_queue(t) for t in names]
+
+    async def _wait_for_task(
+        self, worker_id: str, queues: list[str], wait_s: float, types: list[str] | None
+    ) -> Delivery | None:
+        for name in queues:
+            pump = self._pumps.get(name)
+            if pump is not None and pump.held:
+                return pump.held.popleft()
+        future: asyncio.Future[Delivery] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(worker_id, future)
+        for name in queues:
+            pump = self._pumps.setdefault(name, QueuePump(name))
+            pump.waiters.append(waiter)
+            self._ensure_polls(pump)
+        # Without a type filter, look for newly submitted types now and then.
+        slice_s = wait_s if types else min(wait_s, 1.0)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), slice_s)
+        except TimeoutError:
+            if future.done() and not future.cancelled():
+                return future.result()
+            future.cancel()
+            return None
+
+    def _ensure_polls(self, pump: QueuePump) -> None:
+        while pump.polls < min(pump.live_waiters(), MAX_POLLS_PER_QUEUE):
+            pump.polls += 1
+            self._spawn(self._poll(pump))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _poll(self, pump: QueuePump) -> None:
+        try:
+            response = await self._client.workflow_service.poll_activity_task_queue(
+                PollActivityTaskQueueRequest(
+                    namespace=self._client.namespace,
+                    task_queue=TaskQueue(name=pump.name),
+                    identity=self._identity,
+                ),
+                retry=True,
+                timeout=POLL_RPC_TIMEOUT,
+            )
+        except Exception as err:
+            log.warning("poll of %s failed: %s", pump.name, err)
+            response = None
+            await asyncio.sleep(0.5)  # back off before the next poll: Temporal is down
+        finally:
+            pump.polls -= 1
+        if response is not None and response.task_token:
+            self._deliver(Delivery(pump, response))
+        self._ensure_polls(pump)
+
+    def _deliver(self, delivery: Delivery) -> None:
+        pump = delivery.pump
+        while pump.waiters:
+            waiter = pump.waiters.popleft()
+            if not waiter.future.done():
+                waiter.future.set_result(delivery)
+                return
+        pump.held.append(delivery)
+        self._spawn(self._abandon_later(delivery))
+
+    async def _abandon_later(self, delivery: Delivery) -> None:
+        await asyncio.sleep(HOLD_S)
+        held = delivery.pump.held
+        if delivery in held:
+            held.remove(delivery)
+            await self._abandon(delivery.task)
+
+    async def _abandon(self, task: PollActivityTaskQueueResponse) -> None:
+        handle = self._client.get_async_activity_handle(task_token=task.task_token)
+        with contextlib.suppress(RPCError):
+            await handle.fail(
+                ApplicationError("no claimer took the task", type=ErrorType.CLAIM_ABANDONED)
+            )
+
+    async def _hand_over(
+        self, worker_id: str, task: PollActivityTaskQueueResponse
+    ) -> ClaimedJob | None:
+        """Record the claim in the job's workflow; None if the job no longer wants it."""
+        (inp,) = await self._client.data_converter.decode(task.input.payloads, [AttemptInput])
+        assert isinstance(inp, AttemptInput)
+        claimed_at = now_ms()
+        report = AttemptReport(
+            attempt=inp.attempt, worker_id=worker_id, phase="assigned", claimed_at=claimed_at
+        )
+        try:
+            await self._client.get_workflow_handle(inp.job_id).signal(REPORT_SIGNAL, report)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                await self._abandon(task)
+                raise
+            return None  # the job closed meanwhile (cancelled); its attempt is moot
+        return ClaimedJob(
+            id=inp.job_id,
+            type=inp.type,
+            status=JobStatus.ASSIGNED,
+            worker_id=worker_id,
+            attempt=inp.attempt,
+            params=inp.params,
+            solver_url=inp.solver_url,
+            solver_checksum=inp.solver_checksum,
+            max_runtime_ms=inp.max_runtime_ms,
+            heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
+            claimed_at=claimed_at,
+        )
+
+    # -- heartbeat, result, fail ------------------------------------------------------
+
+    async def _held_by(self, job_id: str, worker_id: str) -> Job:
+        job = await self._jobs.get(job_id)
+        if job.status == JobStatus.FAILED and job.fail_reason == ErrorType.CANCELLED.value:
+            raise ApiError(
+                409, "job was cancelled; stop it", id=job_id, status="failed", cancelled=True
+            )
+        if job.status not in HELD_STATUSES or job.worker_id != worker_id:
+            raise ApiError(
+                409,
+                f"job is not held by worker {worker_id} (status {job.status.value})",
+                id=job_id,
+                status=job.status.value,
+                cancelled=False,
+            )
+        return job
+
+    async def heartbeat(self, job_id: str, worker_id: str, progress: JsonValue) -> None:
+        """Keep the attempt alive; the first heartbeat moves the job to running."""
+        job = await self._held_by(job_id, worker_id)
+        handle = self._client.get_async_activity_handle(
+            workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
+        )
+        try:
+            if job.status == JobStatus.ASSIGNED:
+                report = AttemptReport(
+                    attempt=job.attempt,
+                    worker_id=worker_id,
+                    phase="running",
+                    claimed_at=job.claimed_at or now_ms(),
+                    started_at=now_ms(),
+                )
+                await self._client.get_workflow_handle(job.id).signal(REPORT_SIGNAL, report)
+            await handle.heartbeat(*([progress] if progress is not None else []))
+        except AsyncActivityCancelledError as err:
+            raise ApiError(
+                409, "job was cancelled; stop it", id=job_id, status="failed", cancelled=True
+            ) from err
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            raise ApiError(409, "the attempt is over (timed out or replaced)", id=job_id) from err
+
+    async def result(
+        self,
+        job_id: str,
+        worker_id: str,
+        result: JsonValue,
+        result_hash: str | None,
+        idempotency_key: str | None,
+    ) -> Job:
+        """Complete the attempt; the same result again is accepted and changes nothing."""
+        computed = result_hash or hashlib.sha256(_canonical(result)).hexdigest()
+        key = idempotency_key or computed
+        job = await self._jobs.get(job_id)
+        if job.status == JobStatus.COMPLETED:
+            return self._same_result(job, key)
+        job = await self._held_by(job_id, worker_id)
+        handle = self._client.get_async_activity_handle(
+            workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
+        )
+        outcome = AttemptResult(
+            worker_id=worker_id, result=result, result_hash=computed, result_key=key
+        )
+        try:
+            await handle.complete(outcome)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # A concurrent duplicate may have completed it a moment ago.
+            latest = await self._jobs.get(job_id)
+            if latest.status == JobStatus.COMPLETED:
+                return self._same_result(latest, key)
+            raise ApiError(409, "the attempt is over (timed out or replaced)", id=job_id) from err
+        return job.model_copy(update={"status": JobStatus.COMPLETED, "result": result})
+
+    @staticmethod
+    def _same_result(job: Job, key: str) -> Job:
+        if job.result_key == key or job.result_hash == key:
+            return job
+        raise ApiError(409, "job is already completed with a different result", id=job.id)
+
+    async def fail(self, job_id: str, worker_id: str, reason: str) -> JobStatus:
+        """Fail the attempt: re-queued, or quarantined when attempts are used up."""
+        job = await self._held_by(job_id, worker_id)
+        handle = self._client.get_async_activity_handle(
+            workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
+        )
+        try:
+            await handle.fail(ApplicationError(reason, type=ErrorType.AGENT_FAILURE))
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            raise ApiError(409, "the attempt is over (timed out or replaced)", id=job_id) from err
+        final = reason.split(":", 1)[0].strip() in FINAL_FAILURES
+        return (
+            JobStatus.QUARANTINED
+            if final or job.attempts >= job.max_attempts
+            else JobStatus.PENDING
+        )
+
+
+def _canonical(value: JsonValue) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def unique(items: Iterable[str]) -> list[str]:
+    """Items without repeats, first occurrence order."""
+    return list(dict.fromkeys(items))

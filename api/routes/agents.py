@@ -1,0 +1,160 @@
+"""Worker routes of the spec (section 2): register, list, claim, heartbeat, result, fail."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from api.bridge import Bridge
+from api.deps import Authorized
+from api.routes.jobs import JobId
+from api.workers import WorkerDirectory, WorkerView
+from workflows.models import TYPE_PATTERN, ClaimedJob, JobStatus, WorkerInfo
+
+router = APIRouter(prefix="/api", tags=["workers"], dependencies=[Authorized])
+
+# Without `wait`, a claim still gives matching this long to hand over a queued task.
+CLAIM_MIN_WAIT_S = 0.25
+CLAIM_MAX_WAIT_S = 30.0
+
+WorkerId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
+
+
+def get_bridge(request: Request) -> Bridge:
+    """The process's bridge."""
+    bridge: Bridge = request.app.state.bridge
+    return bridge
+
+
+def get_workers(request: Request) -> WorkerDirectory:
+    """The process's worker directory."""
+    workers: WorkerDirectory = request.app.state.workers
+    return workers
+
+
+BridgeDep = Annotated[Bridge, Depends(get_bridge)]
+WorkersDep = Annotated[WorkerDirectory, Depends(get_workers)]
+
+
+class ClaimRequest(BaseModel):
+    """`POST /api/jobs/claim` body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker_id: WorkerId
+    types: Annotated[
+        list[Annotated[str, Field(pattern=TYPE_PATTERN)]] | None, Field(max_length=64)
+    ] = None
+    wait: Annotated[float, Field(ge=0, le=CLAIM_MAX_WAIT_S)] = 0.0
+
+
+class HeartbeatRequest(BaseModel):
+    """`POST /api/jobs/{id}/heartbeat` body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker_id: WorkerId
+    progress: JsonValue = None
+
+
+class ResultRequest(BaseModel):
+    """`POST /api/jobs/{id}/result` body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker_id: WorkerId
+    result: JsonValue
+    result_hash: Annotated[str | None, Field(pattern=r"^[0-9a-fA-F]{64}$")] = None
+
+
+class FailRequest(BaseModel):
+    """`POST /api/jobs/{id}/fail` body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker_id: WorkerId
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+class JobState(BaseModel):
+    """A job's id and status after a worker's report."""
+
+    id: str
+    status: JobStatus
+
+
+@router.post("/workers/register", status_code=status.HTTP_204_NO_CONTENT)
+async def register_worker(info: WorkerInfo, workers: WorkersDep) -> Response:
+    """Register or update a worker's capabilities (durable)."""
+    await workers.register(info)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/workers", response_model=list[WorkerView])
+async def list_workers(workers: WorkersDep) -> list[WorkerView]:
+    """Registered workers, native and HTTP, with liveness and jobs held now."""
+    return await workers.list()
+
+
+@router.post(
+    "/jobs/claim",
+    response_model=ClaimedJob,
+    responses={204: {"description": "No job available within `wait`"}},
+)
+async def claim_job(
+    request: Request, body: ClaimRequest, bridge: BridgeDep, workers: WorkersDep
+) -> ClaimedJob | Response:
+    """Claim the next job (highest priority first), long-polling up to `wait` seconds."""
+    await workers.seen(body.worker_id)
+    claimed = await bridge.claim(
+        body.worker_id,
+        body.types,
+        max(body.wait, CLAIM_MIN_WAIT_S),
+        gone=request.is_disconnected,
+    )
+    if claimed is None:
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return claimed
+
+
+@router.post(
+    "/jobs/{job_id}/heartbeat",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={409: {"description": "Not held by this worker, or cancelled (`cancelled`)"}},
+)
+async def heartbeat(
+    job_id: JobId, body: HeartbeatRequest, bridge: BridgeDep, workers: WorkersDep
+) -> Response:
+    """Keep a claimed job alive; the first heartbeat marks it running."""
+    await workers.seen(body.worker_id)
+    await bridge.heartbeat(job_id, body.worker_id, body.progress)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/jobs/{job_id}/result", response_model=JobState)
+async def submit_result(
+    job_id: JobId,
+    body: Annotated[ResultRequest, Body()],
+    bridge: BridgeDep,
+    workers: WorkersDep,
+    idempotency_key: Annotated[
+        str | None, Header(alias="X-Idempotency-Key", min_length=1, max_length=200)
+    ] = None,
+) -> JobState:
+    """Complete the job. The same result again is 200; a different one is 409."""
+    await workers.seen(body.worker_id)
+    job = await bridge.result(
+        job_id, body.worker_id, body.result, body.result_hash, idempotency_key
+    )
+    return JobState(id=job.id, status=JobStatus.COMPLETED)
+
+
+@router.post("/jobs/{job_id}/fail", response_model=JobState)
+async def report_failure(
+    job_id: JobId, body: FailRequest, bridge: BridgeDep, workers: WorkersDep
+) -> JobState:
+    """Fail the attempt: re-queued, or quarantined once attempts are used up."""
+    await workers.seen(body.worker_id)
+    return JobState(id=job_id, status=await bridge.fail(job_id, body.worker_id, body.reason))

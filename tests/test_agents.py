@@ -1,0 +1,338 @@
+"""Remote workers over plain HTTP: the worker routes bridged onto Temporal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SECRET, Api, Proc, Solver, base_env, wait_until
+from worker.devserver import DevServer
+
+pytestmark = pytest.mark.usefixtures("session_worker")
+
+HEARTBEAT_TIMEOUT_S = "3"
+QUEUE_PREFIX = f"http-{uuid.uuid4().hex[:8]}-"
+
+
+@pytest.fixture(scope="module")
+def hub(start_api: Callable[..., Api]) -> Api:
+    """An API whose attempt queues only this module polls (its own queue prefix)."""
+    return start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=QUEUE_PREFIX,
+        JOB_HEARTBEAT_TIMEOUT_S=HEARTBEAT_TIMEOUT_S,
+    )
+
+
+def claim(hub: Api, worker_id: str, **extra: Any) -> httpx.Response:
+    """POST /api/jobs/claim."""
+    return hub.http.post("/api/jobs/claim", json={"worker_id": worker_id, **extra})
+
+
+def claimed(hub: Api, worker_id: str, job_type: str, wait: float = 10) -> dict[str, Any]:
+    """Claim a job of `job_type`, which must be there."""
+    response = claim(hub, worker_id, types=[job_type], wait=wait)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_a_claimed_job_runs_through_heartbeat_and_result_to_completed(
+    hub: Api, job_type: str
+) -> None:
+    job_id = hub.submit(type=job_type, params={"x": 1}, max_runtime_ms=60_000)
+
+    job = claimed(hub, "agent-a", job_type)
+    assert job["id"] == job_id
+    assert job["status"] == "assigned"
+    assert job["params"] == {"x": 1}
+    assert job["max_runtime_ms"] == 60_000
+    assert job["attempt"] == 1
+    assert hub.job(job_id)["status"] == "assigned"
+
+    beat = hub.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-a"})
+    assert beat.status_code == 204, beat.text
+    assert hub.job(job_id)["status"] == "running"
+
+    done = hub.http.post(
+        f"/api/jobs/{job_id}/result", json={"worker_id": "agent-a", "result": {"y": 2}}
+    )
+    assert done.status_code == 200, done.text
+    job = hub.wait_status(job_id, "completed")
+    assert job["result"] == {"y": 2}
+    assert job["worker_id"] == "agent-a"
+    assert [t["status"] for t in job["transitions"]] == [
+        "pending",
+        "assigned",
+        "running",
+        "completed",
+    ]
+
+    again = hub.http.post(
+        f"/api/jobs/{job_id}/result", json={"worker_id": "agent-a", "result": {"y": 2}}
+    )
+    assert again.status_code == 200, again.text
+    other = hub.http.post(
+        f"/api/jobs/{job_id}/result", json={"worker_id": "agent-a", "result": {"y": 3}}
+    )
+    assert other.status_code == 409, other.text
+    assert hub.job(job_id)["result"] == {"y": 2}
+    assert claim(hub, "agent-a", types=[job_type]).status_code == 204
+
+
+def test_a_result_with_an_idempotency_key_is_accepted_once_and_repeats_are_no_ops(
+    hub: Api, job_type: str
+) -> None:
+    job_id = hub.submit(type=job_type)
+    claimed(hub, "agent-k", job_type)
+    headers = {"X-Idempotency-Key": "result-1"}
+    body = {"worker_id": "agent-k", "result": "text result"}
+
+    first = hub.http.post(f"/api/jobs/{job_id}/result", json=body, headers=headers)
+    hub.wait_status(job_id, "completed")
+    repeat = hub.http.post(f"/api/jobs/{job_id}/result", json=body, headers=headers)
+    different = hub.http.post(
+        f"/api/jobs/{job_id}/result", json=body, headers={"X-Idempotency-Key": "result-2"}
+    )
+
+    assert (first.status_code, repeat.status_code, different.status_code) == (200, 200, 409)
+    job = hub.job(job_id)
+    assert job["result"] == "text result"
+    assert [t["status"] for t in job["transitions"]][-1] == "completed"
+    assert len(job["transitions"]) == 4
+
+
+def test_failures_reported_over_http_requeue_then_quarantine(hub: Api, job_type: str) -> None:
+    job_id = hub.submit(type=job_type, max_attempts=2)
+
+    claimed(hub, "agent-f", job_type)
+    first = hub.http.post(
+        f"/api/jobs/{job_id}/fail", json={"worker_id": "agent-f", "reason": "solver crashed"}
+    )
+    assert first.status_code == 200, first.text
+    assert first.json()["status"] == "pending"
+    job = hub.wait_status(job_id, "pending")
+    assert job["fail_history"][0]["reason"] == "solver crashed"
+    assert job["fail_history"][0]["worker_id"] == "agent-f"
+
+    second_claim = claimed(hub, "agent-g", job_type)
+    assert second_claim["attempt"] == 2
+    second = hub.http.post(
+        f"/api/jobs/{job_id}/fail", json={"worker_id": "agent-g", "reason": "again"}
+    )
+    assert second.json()["status"] == "quarantined"
+    job = hub.wait_status(job_id, "quarantined")
+    assert job["attempts"] == 2
+    assert [f["worker_id"] for f in job["fail_history"]] == ["agent-f", "agent-g"]
+
+
+def test_claim_with_types_only_takes_jobs_of_those_types(hub: Api, job_type: str) -> None:
+    other_type = f"{job_type}-other"
+    other_id = hub.submit(type=other_type)
+    wanted_id = hub.submit(type=job_type)
+
+    assert claimed(hub, "agent-t", job_type)["id"] == wanted_id
+    assert claim(hub, "agent-t", types=[job_type]).status_code == 204
+    assert claimed(hub, "agent-t", other_type)["id"] == other_id
+
+
+def test_a_waiting_claimer_gets_a_job_submitted_during_its_long_poll(
+    hub: Api, job_type: str
+) -> None:
+    async def scenario() -> tuple[httpx.Response, str]:
+        async with httpx.AsyncClient(
+            base_url=hub.url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=30
+        ) as http:
+            waiting = asyncio.create_task(
+                http.post(
+                    "/api/jobs/claim",
+                    json={"worker_id": "agent-w", "types": [job_type], "wait": 20},
+                )
+            )
+            await asyncio.sleep(0.5)  # let the claim start waiting before the job exists
+            submitted = await http.post("/api/jobs", json={"type": job_type})
+            return await waiting, submitted.json()["id"]
+
+    response, job_id = asyncio.run(scenario())
+    assert response.status_code == 200, response.text
+    assert response.json()["id"] == job_id
+
+
+def test_only_the_holder_may_heartbeat_report_or_fail(hub: Api, job_type: str) -> None:
+    job_id = hub.submit(type=job_type)
+    claimed(hub, "agent-h", job_type)
+
+    for path, body in [
+        ("heartbeat", {"worker_id": "intruder"}),
+        ("result", {"worker_id": "intruder", "result": 1}),
+        ("fail", {"worker_id": "intruder", "reason": "x"}),
+    ]:
+        response = hub.http.post(f"/api/jobs/{job_id}/{path}", json=body)
+        assert response.status_code == 409, (path, response.text)
+    assert hub.job(job_id)["status"] == "assigned"
+
+
+def test_a_vanished_claimer_loses_the_job_and_its_late_calls_are_refused(
+    hub: Api, job_type: str
+) -> None:
+    job_id = hub.submit(type=job_type, max_attempts=3)
+    claimed(hub, "agent-dead", job_type)
+    beat = hub.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-dead"})
+    assert beat.status_code == 204
+
+    job = hub.wait_status(job_id, "pending", timeout=30)
+    assert job["fail_history"][0]["reason"] == "heartbeat_timeout"
+    assert job["fail_history"][0]["worker_id"] == "agent-dead"
+
+    rerun = claimed(hub, "agent-alive", job_type)
+    assert rerun["attempt"] == 2
+    late = hub.http.post(
+        f"/api/jobs/{job_id}/result", json={"worker_id": "agent-dead", "result": "late"}
+    )
+    assert late.status_code == 409, late.text
+    assert (
+        hub.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-dead"}).status_code
+        == 409
+    )
+    done = hub.http.post(
+        f"/api/jobs/{job_id}/result", json={"worker_id": "agent-alive", "result": "ok"}
+    )
+    assert done.status_code == 200
+    assert hub.wait_status(job_id, "completed")["result"] == "ok"
+
+
+def test_a_cancel_reaches_the_claimer_through_its_heartbeat(hub: Api, job_type: str) -> None:
+    job_id = hub.submit(type=job_type)
+    claimed(hub, "agent-c", job_type)
+
+    assert hub.http.delete(f"/api/jobs/{job_id}").status_code == 204
+    beat = hub.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-c"})
+
+    assert beat.status_code == 409
+    assert beat.json()["cancelled"] is True
+    job = hub.job(job_id)
+    assert (job["status"], job["fail_reason"]) == ("failed", "cancelled")
+
+
+def test_registered_workers_are_listed_with_liveness_and_held_jobs(hub: Api, job_type: str) -> None:
+    worker_id = f"agent-{uuid.uuid4().hex[:6]}"
+    register = hub.http.post(
+        "/api/workers/register",
+        json={
+            "worker_id": worker_id,
+            "name": "Worker 01",
+            "cores": 8,
+            "ram_gb": 16,
+            "tags": ["gpu"],
+        },
+    )
+    assert register.status_code == 204, register.text
+    hub.submit(type=job_type)
+    claimed(hub, worker_id, job_type)
+
+    def listed() -> dict[str, Any] | None:
+        for worker in hub.http.get("/api/workers").json():
+            if worker["worker_id"] == worker_id and worker["active_jobs"] == 1:
+                return dict(worker)
+        return None
+
+    worker = wait_until(listed, timeout=15, what="the worker with one held job")
+    assert worker["name"] == "Worker 01"
+    assert (worker["cores"], worker["ram_gb"], worker["tags"]) == (8, 16.0, ["gpu"])
+    assert worker["alive"] is True
+    assert worker["kind"] == "agent"
+    natives = [w for w in hub.http.get("/api/workers").json() if w["kind"] == "native"]
+    assert any(w["worker_id"] == "session-worker" for w in natives)
+
+
+def test_twenty_concurrent_claimers_complete_two_hundred_jobs_exactly_once(
+    hub: Api, job_type: str
+) -> None:
+    job_ids = {hub.submit(type=job_type, params={"i": i}) for i in range(200)}
+    claims: list[tuple[str, int]] = []
+
+    async def claimer(http: httpx.AsyncClient, worker_id: str) -> None:
+        while True:
+            response = await http.post(
+                "/api/jobs/claim",
+                json={"worker_id": worker_id, "types": [job_type], "wait": 2},
+            )
+            if response.status_code == 204:
+                return
+            assert response.status_code == 200, response.text
+            job = response.json()
+            claims.append((job["id"], job["attempt"]))
+            done = await http.post(
+                f"/api/jobs/{job['id']}/result",
+                json={"worker_id": worker_id, "result": job["params"]},
+            )
+            assert done.status_code == 200, done.text
+
+    async def run_all() -> None:
+        async with httpx.AsyncClient(
+            base_url=hub.url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=60
+        ) as http:
+            await asyncio.gather(*(claimer(http, f"claimer-{n}") for n in range(20)))
+
+    asyncio.run(run_all())
+
+    assert Counter(claims).most_common(1)[0][1] == 1, "a claim was handed out twice"
+    assert {job_id for job_id, _ in claims} == job_ids
+
+    def all_completed() -> bool:
+        listed = hub.http.get(
+            "/api/jobs", params={"type": job_type, "status": "completed", "limit": 500}
+        ).json()
+        return len(listed) == 200
+
+    wait_until(all_completed, timeout=60, interval=0.5, what="200 completed jobs")
+    for job in hub.http.get("/api/jobs", params={"type": job_type, "limit": 500}).json():
+        assert job["attempts"] == 1
+        assert job["result"] == job["params"]
+
+
+def test_an_agent_and_a_native_worker_drain_one_queue_together(
+    hub: Api,
+    job_type: str,
+    spawn: Callable[..., Proc],
+    start_worker: Callable[..., Proc],
+    make_solver: Callable[[str], Solver],
+    tmp_path: Path,
+    temporal: DevServer,
+) -> None:
+    solver = make_solver("time.sleep(0.2); print(json.dumps(params))\n")
+    env = {
+        "TEMPORAL_ACTIVITY_QUEUE_PREFIX": QUEUE_PREFIX,
+        "SOLVER_CACHE_DIR": str(tmp_path / "native-cache"),
+        "WORKER_TYPES": job_type,
+    }
+    native = start_worker(WORKER_RUN_WORKFLOWS="false", NODE_ID="native-1", WORKER_CORES="2", **env)
+    agent = spawn(
+        ["agent"],
+        base_env(
+            temporal,
+            HUB_URL=hub.url,
+            NODE_ID="agent-1",
+            WORKER_CORES="2",
+            WORKER_TYPES=json.dumps([job_type]),
+            JOB_POLL_INTERVAL_MS="5000",
+            SOLVER_CACHE_DIR=str(tmp_path / "agent-cache"),
+        ),
+    )
+    wait_until(lambda: "ready" in agent.output(), timeout=30, what="agent to start")
+    try:
+        ids = [hub.submit(**solver.spec(job_type, params={"i": i})) for i in range(20)]
+        jobs = [hub.wait_status(job_id, "completed", timeout=60) for job_id in ids]
+    finally:
+        agent.stop()
+        native.stop()
+    assert [job["result"] for job in jobs] == [{"i": i} for i in range(20)]
+    assert {job["worker_id"] for job in jobs} == {"native-1", "agent-1"}
+    assert all(job["attempts"] == 1 for job in jobs)
