@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.errors import ApiError
+from api.errors import unauthorized
 from api.jobs import JobService
 
 _bearer = HTTPBearer(auto_error=False, description="FORGE_INGEST_SECRET")
@@ -28,7 +28,7 @@ def require_token(
     secret: str = request.app.state.secret
     given = credentials.credentials if credentials is not None else ""
     if not given or not secrets.compare_digest(given.encode(), secret.encode()):
-        raise ApiError(401, "missing or invalid bearer token (FORGE_INGEST_SECRET)")
+        raise unauthorized()
 
 
 JobsDep = Annotated[JobService, Depends(get_jobs)]

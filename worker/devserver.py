@@ -44,6 +44,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_in_use(port: int) -> bool:
+    """Whether something already accepts connections on 127.0.0.1:port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def wait_for_port(port: int, deadline_s: float, process: subprocess.Popen[bytes] | None) -> None:
     """Block until something accepts on 127.0.0.1:port (or the process dies)."""
     end = time.monotonic() + deadline_s
@@ -106,8 +115,16 @@ class DevServer:
         return cmd
 
     def start(self, deadline_s: float = 60.0) -> None:
-        """Start it and wait until the frontend accepts connections."""
+        """Start it and wait until the frontend accepts connections.
+
+        A port that something else already listens on is an error up front: waiting for
+        "the port accepts" would otherwise succeed against the other listener. On any
+        failure the process is stopped, never left running in its own session.
+        """
         command = self.command()
+        for port in (self.port, self.ui_port):
+            if port is not None and port_in_use(port):
+                raise OSError(f"port {port} is already in use")
         log = (self.log_path or self.data_dir / "temporal.log").open("ab")
         self.process = subprocess.Popen(
             command,
@@ -117,7 +134,11 @@ class DevServer:
             start_new_session=True,
         )
         log.close()
-        wait_for_port(self.port, deadline_s, self.process)
+        try:
+            wait_for_port(self.port, deadline_s, self.process)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """TERM, then KILL if it lingers."""

@@ -1,0 +1,639 @@
+"""The REST facade over real HTTP: auth, validation, limits, listing, idempotency, outages."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from tests.conftest import REGISTERED_TYPE, SECRET, Api, wait_until
+from worker.devserver import DevServer, free_port
+from workflows.registry import REGISTRY_WORKFLOW_ID
+
+CHECKSUM = "ab" * 32
+SMALL_BODY_LIMIT = 2048
+
+ROUTES = [
+    ("POST", "/api/jobs"),
+    ("GET", "/api/jobs"),
+    ("GET", "/api/jobs/{id}"),
+    ("DELETE", "/api/jobs/{id}"),
+]
+
+
+def fail_on_500(response: httpx.Response) -> None:
+    """Event hook: no answer of the API may be an internal error."""
+    response.read()
+    assert response.status_code != 500, f"{response.request.method} {response.url}: 500"
+
+
+def client_for(api: Api, token: str | None = SECRET, **headers: str) -> httpx.Client:
+    """An HTTP client for `api` with the given bearer token (None: no Authorization)."""
+    if token is not None:
+        headers.setdefault("Authorization", f"Bearer {token}")
+    return httpx.Client(
+        base_url=api.url,
+        headers=headers,
+        timeout=30,
+        event_hooks={"response": [fail_on_500]},
+    )
+
+
+def error_of(response: httpx.Response, status: int) -> str:
+    """Assert the status and a JSON body with an "error" string; return that string."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert isinstance(body, dict), body
+    assert isinstance(body.get("error"), str), body
+    assert body["error"], body
+    error: str = body["error"]
+    return error
+
+
+@pytest.fixture(scope="module")
+def http(api: Api) -> Iterator[httpx.Client]:
+    """An authenticated client for the session API that fails on any 500."""
+    with client_for(api) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def quiet_api(start_api: Callable[..., Api], session_worker: object) -> Api:
+    """An API whose attempts go to task queues no worker polls: its jobs stay pending.
+
+    The session worker still runs the JobWorkflows (on the default workflow queue), so
+    the jobs answer queries and can be cancelled.
+    """
+    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
+
+
+@pytest.fixture(scope="module")
+def quiet(quiet_api: Api) -> Iterator[httpx.Client]:
+    """A client for `quiet_api`; every job it created is cancelled at the end."""
+    with client_for(quiet_api) as client:
+        yield client
+        listed = client.get("/api/jobs", params={"status": "pending", "limit": 500})
+        for job in listed.json():
+            if job["type"].startswith("quiet-"):
+                client.delete(f"/api/jobs/{job['id']}")
+
+
+@pytest.fixture
+def quiet_type() -> str:
+    """A fresh job type for jobs that will never run."""
+    return f"quiet-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def strict_api(start_api: Callable[..., Api]) -> Iterator[httpx.Client]:
+    """An API with the shipped solver URL policy: https only, no private networks."""
+    api = start_api(SOLVER_URL_SCHEMES="https", SOLVER_ALLOW_PRIVATE_NETWORKS="false")
+    with client_for(api) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def small_api(start_api: Callable[..., Api]) -> Iterator[httpx.Client]:
+    """An API that takes request bodies up to 2 KiB."""
+    api = start_api(API_MAX_BODY_BYTES=str(SMALL_BODY_LIMIT))
+    with client_for(api) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def dead_api(start_api: Callable[..., Api]) -> Iterator[httpx.Client]:
+    """An API pointed at an address where no Temporal listens."""
+    api = start_api(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+    with client_for(api) as client:
+        yield client
+
+
+def call(client: httpx.Client, method: str, path: str) -> httpx.Response:
+    """One request to a route, with a valid body where the route takes one."""
+    path = path.format(id=uuid.uuid4().hex)
+    body = {"type": "never-created"} if method == "POST" else None
+    return client.request(method, path, json=body)
+
+
+# -- auth --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_every_job_route_answers_401_without_a_token(api: Api, method: str, path: str) -> None:
+    with client_for(api, token=None) as client:
+        response = call(client, method, path)
+
+    assert "bearer token" in error_of(response, 401)
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+@pytest.mark.parametrize("authorization", ["Bearer wrong-secret", f"Basic {SECRET}", "Bearer"])
+def test_every_job_route_answers_401_with_a_wrong_token(
+    api: Api, method: str, path: str, authorization: str
+) -> None:
+    with client_for(api, token=None, Authorization=authorization) as client:
+        response = call(client, method, path)
+
+    assert "bearer token" in error_of(response, 401)
+
+
+def test_a_request_without_a_token_creates_no_job(api: Api, quiet_type: str) -> None:
+    with client_for(api, token=None) as client:
+        error_of(client.post("/api/jobs", json={"type": quiet_type}), 401)
+
+    with client_for(api) as client:
+        listed = client.get("/api/jobs", params={"type": quiet_type})
+    assert listed.status_code == 200
+    assert listed.json() == []
+
+
+def test_healthz_needs_no_token(api: Api) -> None:
+    with client_for(api, token=None) as client:
+        response = client.get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_the_openapi_schema_and_the_docs_page_are_served(api: Api) -> None:
+    with client_for(api, token=None) as client:
+        schema = client.get("/openapi.json")
+        docs = client.get("/docs")
+
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert {"/api/jobs", "/api/jobs/{job_id}", "/healthz"} <= set(paths)
+    assert {"post", "get"} <= set(paths["/api/jobs"])
+    assert {"get", "delete"} <= set(paths["/api/jobs/{job_id}"])
+    assert docs.status_code == 200
+    assert "text/html" in docs.headers["content-type"]
+    assert "/openapi.json" in docs.text
+
+
+def test_an_unknown_path_answers_404_with_an_error_body(http: httpx.Client) -> None:
+    assert error_of(http.get("/api/nothing-here"), 404)
+
+
+# -- unknown ids -------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("session_worker")
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_an_unknown_job_id_answers_404(http: httpx.Client, method: str) -> None:
+    job_id = uuid.uuid4().hex
+
+    response = http.request(method, f"/api/jobs/{job_id}")
+
+    assert job_id in error_of(response, 404)
+    assert response.json()["id"] == job_id
+
+
+@pytest.mark.usefixtures("session_worker")
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_the_id_of_a_workflow_that_is_not_a_job_answers_404(
+    http: httpx.Client, api: Api, method: str
+) -> None:
+    api.submit(type=REGISTERED_TYPE)  # makes sure the type registry workflow exists
+
+    response = http.request(method, f"/api/jobs/{REGISTRY_WORKFLOW_ID}")
+
+    assert REGISTRY_WORKFLOW_ID in error_of(response, 404)
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_malformed_job_id_answers_422(http: httpx.Client, method: str) -> None:
+    response = http.request(method, "/api/jobs/not.a.job.id")
+
+    assert "job_id" in error_of(response, 422)
+
+
+# -- submit validation -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"type": "a",', b"not json", b'{"type": "a"} trailing', b"\xff\xfe"],
+)
+def test_a_malformed_json_body_answers_422(http: httpx.Client, body: bytes) -> None:
+    response = http.post("/api/jobs", content=body, headers={"Content-Type": "application/json"})
+
+    error = error_of(response, 422)
+    assert error.startswith("body:"), error
+
+
+@pytest.mark.parametrize("body", [b"", b"[]", b'"text"', b"null"])
+def test_a_body_that_is_not_a_json_object_answers_422(http: httpx.Client, body: bytes) -> None:
+    response = http.post("/api/jobs", content=body, headers={"Content-Type": "application/json"})
+
+    assert error_of(response, 422).startswith("body")
+
+
+def test_json_nested_too_deeply_to_parse_is_rejected_as_a_client_error(
+    http: httpx.Client,
+) -> None:
+    depth = 50_000
+    body = b'{"type": "a", "params": {"x": ' + b"[" * depth + b"]" * depth + b"}}"
+
+    response = http.post("/api/jobs", content=body, headers={"Content-Type": "application/json"})
+
+    assert response.status_code in (400, 422), response.text
+    assert response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("field", "spec"),
+    [
+        ("type", {"type": ""}),
+        ("type", {"type": "x" * 65}),
+        ("type", {"type": "has space"}),
+        ("type", {"params": {}}),
+        ("params", {"type": "a", "params": [1, 2]}),
+        ("params", {"type": "a", "params": "text"}),
+        ("params", {"type": "a", "params": {"s": "x" * (64 * 1024)}}),
+        ("priority", {"type": "a", "priority": 1_000_001}),
+        ("priority", {"type": "a", "priority": "high"}),
+        ("max_attempts", {"type": "a", "max_attempts": 0}),
+        ("max_attempts", {"type": "a", "max_attempts": 101}),
+        ("max_attempts", {"type": "a", "max_attempts": True}),
+        ("max_runtime_ms", {"type": "a", "max_runtime_ms": 99}),
+        ("max_runtime_ms", {"type": "a", "max_runtime_ms": 7 * 24 * 3600 * 1000 + 1}),
+        (
+            "solver_checksum",
+            {"type": "a", "solver_url": "https://x.test/s", "solver_checksum": "z"},
+        ),
+        ("solver_checksum", {"type": "a", "solver_url": "https://x.test/s"}),
+        ("colour", {"type": "a", "colour": "red"}),
+    ],
+)
+def test_each_bad_field_answers_422_naming_the_field(
+    http: httpx.Client, field: str, spec: dict[str, Any]
+) -> None:
+    response = http.post("/api/jobs", json=spec)
+
+    assert field in error_of(response, 422)
+    assert any(field in (d["field"] + d["message"]) for d in response.json()["detail"])
+
+
+def test_params_nested_deeper_than_32_levels_answer_422_naming_params(
+    http: httpx.Client,
+) -> None:
+    params: dict[str, Any] = {}
+    for _ in range(32):
+        params = {"a": params}
+
+    response = http.post("/api/jobs", json={"type": "a", "params": params})
+
+    assert error_of(response, 422).startswith("params")
+
+
+@pytest.mark.parametrize(
+    "params", [b'{"x": NaN}', b'{"x": -Infinity}', b'{"s": "\\ud800"}', b'{"\\udfff": 1}']
+)
+def test_params_that_are_not_valid_json_text_answer_422_naming_params(
+    http: httpx.Client, params: bytes
+) -> None:
+    body = b'{"type": "a", "params": ' + params + b"}"
+
+    response = http.post("/api/jobs", content=body, headers={"Content-Type": "application/json"})
+
+    assert error_of(response, 422).startswith("params")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://solvers.example.com/s.py", "file:///bin/true", "ftp://x.test/s", "x.test/s"]
+)
+def test_a_solver_url_scheme_outside_the_default_policy_answers_422(
+    strict_api: httpx.Client, url: str
+) -> None:
+    response = strict_api.post(
+        "/api/jobs", json={"type": "a", "solver_url": url, "solver_checksum": CHECKSUM}
+    )
+
+    error = error_of(response, 422)
+    assert "solver_url scheme" in error
+    assert "allowed: https" in error
+    assert response.json()["field"] == "solver_url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.0.0.1/s.py",
+        "https://127.0.0.1:8443/s.py",
+        "https://[::1]/s.py",
+        "https://[::ffff:127.0.0.1]/s.py",
+        "https://localhost/s.py",
+    ],
+)
+def test_a_solver_url_on_a_loopback_address_answers_422_when_private_networks_are_off(
+    strict_api: httpx.Client, url: str
+) -> None:
+    response = strict_api.post(
+        "/api/jobs", json={"type": "a", "solver_url": url, "solver_checksum": CHECKSUM}
+    )
+
+    error = error_of(response, 422)
+    assert "solver_url" in error
+    assert "SOLVER_ALLOW_PRIVATE_NETWORKS" in error
+    assert response.json()["field"] == "solver_url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:pw@127.0.0.1/s.py",
+        "https:///s.py",
+        "https://[::1/s.py",
+        "https://a..b/s.py",
+        "https://" + "a" * 70 + ".test/s.py",
+        "https://127.0.0.1:99999/s.py",
+        "https://127.0.0.1:port/s.py",
+    ],
+)
+def test_a_solver_url_that_is_not_a_usable_url_answers_422_naming_solver_url(
+    strict_api: httpx.Client, url: str
+) -> None:
+    response = strict_api.post(
+        "/api/jobs", json={"type": "a", "solver_url": url, "solver_checksum": CHECKSUM}
+    )
+
+    assert "solver_url" in error_of(response, 422)
+
+
+@pytest.mark.parametrize("key", ["", "k" * 201])
+def test_an_empty_or_overlong_idempotency_key_answers_422(http: httpx.Client, key: str) -> None:
+    response = http.post("/api/jobs", json={"type": "a"}, headers={"Idempotency-Key": key})
+
+    assert "Idempotency-Key" in error_of(response, 422)
+
+
+# -- body size ---------------------------------------------------------------------
+
+
+def oversized_spec() -> bytes:
+    """A valid job body well over SMALL_BODY_LIMIT."""
+    return b'{"type": "a", "params": {"s": "' + b"x" * (SMALL_BODY_LIMIT * 2) + b'"}}'
+
+
+def test_a_body_over_the_limit_with_content_length_answers_413(small_api: httpx.Client) -> None:
+    response = small_api.post(
+        "/api/jobs", content=oversized_spec(), headers={"Content-Type": "application/json"}
+    )
+
+    assert str(SMALL_BODY_LIMIT) in error_of(response, 413)
+
+
+def test_a_chunked_body_over_the_limit_answers_413(small_api: httpx.Client) -> None:
+    body = oversized_spec()
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 512):
+            yield body[start : start + 512]
+
+    response = small_api.post(
+        "/api/jobs", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+
+    assert response.request.headers.get("transfer-encoding") == "chunked"
+    assert str(SMALL_BODY_LIMIT) in error_of(response, 413)
+
+
+def test_an_oversized_body_without_a_token_answers_413_too(small_api: httpx.Client) -> None:
+    response = small_api.post(
+        "/api/jobs",
+        content=oversized_spec(),
+        headers={"Content-Type": "application/json", "Authorization": ""},
+    )
+
+    error_of(response, 413)
+
+
+def test_a_body_just_under_the_limit_is_read_and_validated(small_api: httpx.Client) -> None:
+    filler = "x" * (SMALL_BODY_LIMIT - 100)
+    body = b'{"type": "a", "max_attempts": 0, "params": {"s": "' + filler.encode() + b'"}}'
+    assert len(body) <= SMALL_BODY_LIMIT
+
+    def chunks() -> Iterator[bytes]:
+        yield body[:100]
+        yield body[100:]
+
+    response = small_api.post(
+        "/api/jobs", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+
+    assert "max_attempts" in error_of(response, 422)
+
+
+# -- listing -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"status": "bogus"}, "status"),
+        ({"status": ""}, "status"),
+        ({"type": "has space"}, "type"),
+        ({"type": "a'b"}, "type"),
+        ({"limit": 0}, "limit"),
+        ({"limit": 501}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"offset": -1}, "offset"),
+        ({"offset": 100_001}, "offset"),
+    ],
+)
+def test_bad_list_filters_answer_422_naming_the_filter(
+    http: httpx.Client, query: dict[str, Any], field: str
+) -> None:
+    assert field in error_of(http.get("/api/jobs", params=query), 422)
+
+
+def list_ids(client: httpx.Client, **query: Any) -> list[str]:
+    """Ids from GET /api/jobs."""
+    response = client.get("/api/jobs", params=query)
+    assert response.status_code == 200, response.text
+    return [job["id"] for job in response.json()]
+
+
+def test_jobs_are_listed_by_priority_descending_then_oldest_first(
+    quiet: httpx.Client, quiet_type: str
+) -> None:
+    priorities = [0, 5, -3, 5, 10, 0, -3]
+    ids = []
+    for priority in priorities:
+        response = quiet.post("/api/jobs", json={"type": quiet_type, "priority": priority})
+        assert response.status_code == 201, response.text
+        ids.append(response.json()["id"])
+    expected = [ids[i] for i in sorted(range(len(ids)), key=lambda i: (-priorities[i], i))]
+
+    def all_listed() -> list[str] | None:
+        found = list_ids(quiet, type=quiet_type)
+        return found if len(found) == len(ids) else None
+
+    listed = wait_until(all_listed, what="every job to be listed")
+
+    assert listed == expected
+    assert list_ids(quiet, type=quiet_type, limit=3) == expected[:3]
+    assert list_ids(quiet, type=quiet_type, limit=2, offset=4) == expected[4:6]
+    assert list_ids(quiet, type=quiet_type, offset=len(ids)) == []
+
+
+def test_the_list_filters_by_status_and_type(quiet: httpx.Client, quiet_type: str) -> None:
+    other_type = f"{quiet_type}-other"
+    mine = quiet.post("/api/jobs", json={"type": quiet_type}).json()["id"]
+    other = quiet.post("/api/jobs", json={"type": other_type}).json()["id"]
+
+    wait_until(lambda: list_ids(quiet, type=quiet_type, status="pending") == [mine])
+
+    assert list_ids(quiet, type=other_type, status="pending") == [other]
+    assert list_ids(quiet, type=quiet_type, status="completed") == []
+    assert mine in list_ids(quiet, status="pending", limit=500)
+    listed = quiet.get("/api/jobs", params={"type": quiet_type}).json()
+    assert listed[0]["status"] == "pending"
+    assert listed[0]["type"] == quiet_type
+    assert listed[0]["attempts"] == 0
+
+
+def test_a_submitted_job_reads_back_as_pending_with_its_spec(
+    quiet: httpx.Client, quiet_type: str
+) -> None:
+    spec = {
+        "type": quiet_type,
+        "params": {"x": [1, {"y": None}], "s": "é"},
+        "priority": 7,
+        "max_attempts": 5,
+        "max_runtime_ms": 1000,
+        "solver_url": "https://solvers.example.com/s.py",
+        "solver_checksum": CHECKSUM.upper(),
+    }
+
+    response = quiet.post("/api/jobs", json=spec)
+
+    assert response.status_code == 201, response.text
+    assert response.json()["status"] == "pending"
+    job = quiet.get(f"/api/jobs/{response.json()['id']}").json()
+    assert job["status"] == "pending"
+    assert {k: job[k] for k in spec} == {**spec, "solver_checksum": CHECKSUM}
+    assert [t["status"] for t in job["transitions"]] == ["pending"]
+
+
+# -- idempotency -------------------------------------------------------------------
+
+
+async def runs_of(temporal: DevServer, job_id: str) -> list[str]:
+    """Run ids of every workflow execution with this id, from visibility."""
+    client = await Client.connect(temporal.address)
+    return [e.run_id async for e in client.list_workflows(f"WorkflowId = '{job_id}'")]
+
+
+async def current_run(temporal: DevServer, job_id: str) -> str:
+    """Run id of the latest execution with this id."""
+    client = await Client.connect(temporal.address)
+    run_id = (await client.get_workflow_handle(job_id).describe()).run_id
+    assert run_id is not None
+    return run_id
+
+
+async def test_the_same_idempotency_key_and_body_give_the_same_job_once(
+    quiet: httpx.Client, quiet_type: str, temporal: DevServer
+) -> None:
+    key = {"Idempotency-Key": f"key-{uuid.uuid4()}"}
+
+    first = quiet.post("/api/jobs", json={"type": quiet_type, "params": {"a": 1}}, headers=key)
+    second = quiet.post(
+        "/api/jobs",
+        json={"params": {"a": 1}, "type": quiet_type, "max_attempts": 3},
+        headers=key,
+    )
+
+    assert first.status_code == 201, first.text
+    assert second.status_code == 201, second.text
+    assert second.json()["id"] == first.json()["id"]
+    job_id = first.json()["id"]
+    assert wait_until(lambda: list_ids(quiet, type=quiet_type)) == [job_id]
+    assert await runs_of(temporal, job_id) == [await current_run(temporal, job_id)]
+
+
+def test_the_same_idempotency_key_with_a_different_body_answers_409(
+    quiet: httpx.Client, quiet_type: str
+) -> None:
+    key = {"Idempotency-Key": f"key-{uuid.uuid4()}"}
+    first = quiet.post("/api/jobs", json={"type": quiet_type, "params": {"a": 1}}, headers=key)
+    assert first.status_code == 201, first.text
+
+    for changed in (
+        {"type": quiet_type, "params": {"a": 2}},
+        {"type": quiet_type, "params": {"a": 1}, "priority": 1},
+        {"type": f"{quiet_type}-x", "params": {"a": 1}},
+    ):
+        response = quiet.post("/api/jobs", json=changed, headers=key)
+        assert "Idempotency-Key" in error_of(response, 409)
+        assert response.json()["id"] == first.json()["id"]
+
+
+def test_different_idempotency_keys_give_different_jobs(
+    quiet: httpx.Client, quiet_type: str
+) -> None:
+    body = {"type": quiet_type}
+
+    one = quiet.post("/api/jobs", json=body, headers={"Idempotency-Key": f"k-{uuid.uuid4()}"})
+    two = quiet.post("/api/jobs", json=body, headers={"Idempotency-Key": f"k-{uuid.uuid4()}"})
+
+    assert one.status_code == two.status_code == 201
+    assert one.json()["id"] != two.json()["id"]
+
+
+@pytest.mark.usefixtures("session_worker")
+def test_reusing_a_key_after_the_job_completed_returns_it_without_running_it_again(
+    api: Api, http: httpx.Client
+) -> None:
+    key = {"Idempotency-Key": f"key-{uuid.uuid4()}"}
+    body = {"type": REGISTERED_TYPE, "params": {"n": 1}}
+    job_id = http.post("/api/jobs", json=body, headers=key).json()["id"]
+    done = api.wait_status(job_id, "completed")
+
+    again = http.post("/api/jobs", json=body, headers=key)
+
+    assert again.status_code == 201, again.text
+    assert again.json() == {"id": job_id, "status": "completed"}
+    assert api.job(job_id)["transitions"] == done["transitions"]
+    assert "Idempotency-Key" in error_of(
+        http.post("/api/jobs", json={**body, "params": {"n": 2}}, headers=key), 409
+    )
+
+
+# -- Temporal down -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_an_api_without_temporal_answers_503_with_a_clear_message(
+    dead_api: httpx.Client, method: str, path: str
+) -> None:
+    response = call(dead_api, method, path)
+
+    assert "Temporal is unavailable" in error_of(response, 503)
+
+
+def test_an_api_without_temporal_still_validates_and_authenticates(
+    dead_api: httpx.Client, api: Api
+) -> None:
+    assert "max_attempts" in error_of(
+        dead_api.post("/api/jobs", json={"type": "a", "max_attempts": 0}), 422
+    )
+    dead_api.headers["Authorization"] = "Bearer wrong"
+    try:
+        error_of(dead_api.get("/api/jobs"), 401)
+    finally:
+        dead_api.headers["Authorization"] = f"Bearer {SECRET}"
+
+
+def test_an_api_without_temporal_is_still_healthy(dead_api: httpx.Client) -> None:
+    response = dead_api.get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}

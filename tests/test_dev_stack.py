@@ -1,0 +1,386 @@
+"""`jobforge dev`: the embedded stack (Temporal dev server, API, worker) as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, wait_until
+from worker.devserver import free_port, port_in_use
+
+SECRET = "dev-stack-secret"
+STARTUP_S = 90.0
+SCRUBBED_PREFIXES = ("TEMPORAL_", "WORKER_", "SOLVER_", "API_", "JOB_", "HUB_URL", "NODE_ID")
+
+
+def proc_alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def proc_table() -> dict[int, tuple[int, str]]:
+    """pid → (parent pid, command line) for every process we can see."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            continue
+        table[int(entry.name)] = (int(fields[1]), cmdline)
+    return table
+
+
+def stack_processes(root_pid: int, data_dir: Path) -> dict[int, str]:
+    """The dev process's descendants, plus anything whose command line names the data dir."""
+    table = proc_table()
+    found = {pid: cmd for pid, (_, cmd) in table.items() if str(data_dir) in cmd}
+    frontier = [root_pid]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, cmd) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = cmd
+                frontier.append(pid)
+    if root_pid in table:
+        found[root_pid] = table[root_pid][1]
+    return found
+
+
+@dataclass
+class DevStack:
+    """A running `jobforge dev` and what it printed."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    data_dir: Path
+    api_port: int
+    temporal_port: int
+    ui_port: int
+    pids: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def api_url(self) -> str:
+        """The API's base URL."""
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def output(self) -> str:
+        """Everything dev and its children printed so far."""
+        return self.log.read_text(errors="replace")
+
+    def http(self, token: str = SECRET) -> httpx.Client:
+        """A client for the API with this bearer token."""
+        return httpx.Client(
+            base_url=self.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def record_processes(self) -> dict[int, str]:
+        """Remember every process of the stack (to check later that none is left)."""
+        self.pids.update(stack_processes(self.process.pid, self.data_dir))
+        return self.pids
+
+    def interrupt(self, timeout: float = 90.0) -> int:
+        """Ctrl-C in the terminal: SIGINT to dev's whole process group; wait for dev."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(timeout)
+
+    def leftovers(self) -> dict[int, str]:
+        """Recorded or data-dir processes that are still alive."""
+        alive = dict(self.pids)
+        alive.update(stack_processes(self.process.pid, self.data_dir))
+        return {pid: cmd for pid, cmd in alive.items() if proc_alive(pid)}
+
+    def force_stop(self) -> None:
+        """Kill whatever is left (test teardown only)."""
+        self.record_processes()
+        for pid in self.pids:
+            if proc_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+def dev_env(secret: str | None) -> dict[str, str]:
+    """The test's environment without any jobforge setting, plus the secret if given."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(SCRUBBED_PREFIXES) and key != "FORGE_INGEST_SECRET"
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    env["WORKER_TYPE_POLL_MS"] = "200"
+    if secret is not None:
+        env["FORGE_INGEST_SECRET"] = secret
+    return env
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Callable[..., DevStack]]:
+    """Factory: start `python -m worker.cli dev` (not waiting); all are killed at the end."""
+    stacks: list[DevStack] = []
+
+    def start(
+        data_dir: Path,
+        *,
+        secret: str | None = SECRET,
+        api_port: int | None = None,
+        temporal_port: int | None = None,
+        ui_port: int | None = None,
+    ) -> DevStack:
+        ports = [api_port or free_port(), temporal_port or free_port(), ui_port or free_port()]
+        log = tmp_path / f"dev-{len(stacks)}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "worker.cli",
+                    "dev",
+                    "--api-port",
+                    str(ports[0]),
+                    "--temporal-port",
+                    str(ports[1]),
+                    "--ui-port",
+                    str(ports[2]),
+                    "--data-dir",
+                    str(data_dir),
+                ],
+                cwd=ROOT,
+                env=dev_env(secret),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        stack = DevStack(process, log, data_dir.resolve(), *ports)
+        stacks.append(stack)
+        return stack
+
+    yield start
+    for stack in stacks:
+        stack.force_stop()
+
+
+@pytest.fixture
+def start_dev(launch: Callable[..., DevStack]) -> Callable[..., DevStack]:
+    """Factory: `launch`, then wait until dev says it is up and the API answers."""
+
+    def start(data_dir: Path, **kwargs: Any) -> DevStack:
+        stack = launch(data_dir, **kwargs)
+        wait_until(
+            lambda: (
+                "Ctrl-C stops everything." in stack.output() or stack.process.poll() is not None
+            ),
+            timeout=STARTUP_S,
+            what="jobforge dev to come up",
+        )
+        assert stack.process.poll() is None, stack.output()
+        stack.record_processes()
+        return stack
+
+    return start
+
+
+def submit_demo(http: httpx.Client, n: int) -> str:
+    """POST a demo job; its id."""
+    response = http.post("/api/jobs", json={"type": "demo", "params": {"n": n}})
+    assert response.status_code == 201, response.text
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def wait_completed(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    """Poll the job until it completed (failing early if it is quarantined)."""
+
+    def done() -> dict[str, Any] | None:
+        job: dict[str, Any] = http.get(f"/api/jobs/{job_id}").json()
+        assert job["status"] != "quarantined", job
+        return job if job["status"] == "completed" else None
+
+    result: dict[str, Any] = wait_until(done, timeout=60, what=f"demo job {job_id} to complete")
+    return result
+
+
+def answers(url: str) -> bool:
+    """Whether a GET of `url` answers 200."""
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_dev_prints_the_api_docs_and_temporal_ui_urls_and_each_of_them_answers(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(tmp_path / "data")
+    out = stack.output()
+
+    assert re.search(rf"jobforge API\s+http://127\.0\.0\.1:{stack.api_port}\n", out), out
+    assert re.search(rf"API docs\s+http://127\.0\.0\.1:{stack.api_port}/docs\n", out), out
+    assert re.search(rf"Temporal UI\s+http://127\.0\.0\.1:{stack.ui_port}\n", out), out
+    assert "FORGE_INGEST_SECRET=" not in out
+    assert answers(f"{stack.api_url}/healthz")
+    assert answers(f"{stack.api_url}/docs")
+    wait_until(lambda: answers(f"http://127.0.0.1:{stack.ui_port}/"), what="the Temporal UI")
+
+
+def test_a_demo_job_on_the_dev_stack_completes_with_the_sum_of_squares(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(tmp_path / "data")
+
+    with stack.http() as http:
+        job = wait_completed(http, submit_demo(http, 5))
+
+    assert job["result"] == {"n": 5, "sum_of_squares": 55}
+    assert job["attempts"] == 1
+    assert [t["status"] for t in job["transitions"]] == [
+        "pending",
+        "assigned",
+        "running",
+        "completed",
+    ]
+
+
+def test_ctrl_c_stops_the_temporal_server_the_api_and_the_worker(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(tmp_path / "data")
+    with stack.http() as http:
+        wait_completed(http, submit_demo(http, 2))  # the worker is really up
+    commands = list(stack.record_processes().values())
+    assert any("server start-dev" in cmd and str(stack.data_dir) in cmd for cmd in commands)
+    assert any("worker.cli api" in cmd for cmd in commands)
+    assert any("worker.cli worker" in cmd for cmd in commands)
+
+    code = stack.interrupt()
+
+    assert code == 0, stack.output()
+    wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
+    for port in (stack.api_port, stack.temporal_port, stack.ui_port):
+        assert not port_in_use(port), port
+
+
+def test_sigterm_to_dev_alone_stops_everything_too(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(tmp_path / "data")
+    assert len(stack.pids) >= 4, stack.pids
+
+    stack.process.terminate()
+
+    assert stack.process.wait(90) == 0, stack.output()
+    wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
+
+
+def test_a_completed_job_is_still_there_after_a_restart_on_the_same_data_dir(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    first = start_dev(data)
+    with first.http() as http:
+        job_id = submit_demo(http, 5)
+        before = wait_completed(http, job_id)
+    assert first.interrupt() == 0, first.output()
+    wait_until(lambda: not first.leftovers(), timeout=30, what="the first stack to stop")
+
+    second = start_dev(
+        data,
+        api_port=first.api_port,
+        temporal_port=first.temporal_port,
+        ui_port=first.ui_port,
+    )
+    with second.http() as http:
+        response = http.get(f"/api/jobs/{job_id}")
+        listed = http.get("/api/jobs", params={"type": "demo"})
+
+    assert response.status_code == 200, response.text
+    assert response.json() == before
+    assert response.json()["result"] == {"n": 5, "sum_of_squares": 55}
+    assert [job["id"] for job in listed.json()] == [job_id]
+
+
+def test_without_a_secret_dev_prints_a_generated_one_that_works_as_the_token(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(tmp_path / "data", secret=None)
+
+    found = re.search(r"^FORGE_INGEST_SECRET=(\S+)$", stack.output(), re.MULTILINE)
+
+    assert found, stack.output()
+    token = found.group(1)
+    assert len(token) >= 24
+    with stack.http(token) as http:
+        assert http.get("/api/jobs").status_code == 200
+    with stack.http("not-the-secret") as http:
+        assert http.get("/api/jobs").status_code == 401
+    with stack.http(SECRET) as http:
+        assert http.get("/api/jobs").status_code == 401
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port something else listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def test_dev_refuses_an_api_port_that_is_taken_and_starts_nothing(
+    launch: Callable[..., DevStack], tmp_path: Path, taken_port: int
+) -> None:
+    stack = launch(tmp_path / "data", api_port=taken_port)
+
+    code = stack.process.wait(STARTUP_S)
+
+    assert code != 0
+    assert f"API port {taken_port} is already in use" in stack.output()
+    assert not stack.leftovers()
+
+
+def test_dev_refuses_a_temporal_port_that_is_taken_and_leaves_nothing_running(
+    launch: Callable[..., DevStack], tmp_path: Path, taken_port: int
+) -> None:
+    stack = launch(tmp_path / "data", temporal_port=taken_port)
+
+    code = stack.process.wait(STARTUP_S)
+
+    assert code != 0
+    assert "Temporal dev server did not start" in stack.output()
+    assert f"port {taken_port} is already in use" in stack.output()
+    assert not stack.leftovers()
+
+
+def test_dev_exits_non_zero_and_stops_everything_when_the_api_dies(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(tmp_path / "data")
+    api = [pid for pid, cmd in stack.pids.items() if "worker.cli api" in cmd]
+    assert len(api) == 1, stack.pids
+
+    os.kill(api[0], signal.SIGKILL)
+
+    assert stack.process.wait(90) != 0
+    assert "API (-9) exited" in stack.output()
+    wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
