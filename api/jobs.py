@@ -29,8 +29,17 @@ from api.errors import ApiError, not_found, temporal_unavailable
 from api.settings import ApiSettings
 from api.temporal import TemporalSettings
 from workflows import attributes
-from workflows.job import CANCEL_UPDATE, JOB_QUERY
-from workflows.models import ErrorType, Job, JobInput, JobSpec, JobStatus, priority_key
+from workflows.job import CANCEL_UPDATE, EVENTS_MEMO, JOB_QUERY
+from workflows.models import (
+    ErrorType,
+    Job,
+    JobInput,
+    JobSpec,
+    JobStatus,
+    Transition,
+    events_memo,
+    priority_key,
+)
 from workflows.registry import ADD_TYPE_SIGNAL, REGISTRY_WORKFLOW_ID, TYPES_MEMO
 from workflows.urlpolicy import literal_ip, private_address, url_shape_problem
 
@@ -95,6 +104,7 @@ class JobService:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=f"{spec.type} job",
+            memo={EVENTS_MEMO: events_memo(_pending_job(inp))},
         )
         try:
             await asyncio.gather(start, self._register_type(spec.type))
@@ -280,4 +290,5 @@ def _pending_job(inp: JobInput) -> Job:
         max_runtime_ms=spec.max_runtime_ms,
         solver_url=spec.solver_url,
         solver_checksum=spec.solver_checksum,
+        transitions=[Transition(seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0)],
     )

@@ -11,8 +11,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
 from api.bridge import Bridge
+from api.events import EventFeed, FeedSettings
 from api.jobs import JobService
-from api.routes import agents, health, jobs
+from api.routes import agents, events, health, jobs
 from api.settings import ApiSettings
 from api.temporal import TemporalSettings, connect
 from api.workers import WorkerDirectory
@@ -94,7 +95,13 @@ def create_app(
         app.state.jobs = JobService(client, temporal, settings)
         app.state.bridge = Bridge(client, temporal, app.state.jobs)
         app.state.workers = WorkerDirectory(client, temporal, settings.heartbeat_timeout_s)
+        app.state.feed = EventFeed(
+            client,
+            app.state.jobs,
+            FeedSettings(poll_ms=settings.events_poll_ms, settle_ms=settings.events_settle_ms),
+        )
         yield
+        await app.state.feed.stop()
 
     app = FastAPI(
         title="jobforge",
@@ -106,6 +113,8 @@ def create_app(
     app.state.temporal = temporal
     errors.install(app)
     app.include_router(health.router)
+    app.state.events_require_token = settings.events_require_token
+    app.include_router(events.router)
     app.include_router(agents.router)
     app.include_router(jobs.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -32,12 +32,14 @@ with workflow.unsafe.imports_passed_through():
         JobStatus,
         Transition,
         attempt_activity_id,
+        events_memo,
     )
 
 RUN_JOB_ACTIVITY = "run_job"
 CANCEL_UPDATE = "cancel"
 REPORT_SIGNAL = "attempt_report"
 JOB_QUERY = "job"
+EVENTS_MEMO = "events"
 
 # The worker enforces max_runtime_ms from the solver's start; the server-side timeout
 # is the backstop for a worker that cannot (it also covers the solver download).
@@ -236,14 +238,22 @@ class JobWorkflow:
         self._transition(JobStatus.FAILED, ts=now, reason=ErrorType.CANCELLED.value)
 
     def _transition(self, status: JobStatus, *, ts: int, reason: str | None = None) -> None:
+        """Record a status change; `ts` is when it happened, as its reporter saw it.
+
+        The transition itself is stamped with workflow time, the clock the search
+        attribute `JobforgeUpdatedAt` uses, so the event stream can order and resume
+        by it; the reporter's time lands in claimed_at/heartbeat_at/completed_at.
+        """
+        del ts
         job = self._job
         job.status = status
         job.transitions.append(
             Transition(
                 seq=len(job.transitions) + 1,
                 status=status,
-                ts=ts,
+                ts=_now_ms(),
                 attempt=self._attempt,
+                attempts=job.attempts,
                 worker_id=job.worker_id,
                 reason=reason,
             )
@@ -255,7 +265,7 @@ class JobWorkflow:
                 attributes.UPDATED_AT.value_set(workflow.now()),
             ]
         )
-
+        workflow.upsert_memo({EVENTS_MEMO: events_memo(job)})
 
 def _unclaimed_handback(err: ActivityError) -> bool:
     cause = err.cause

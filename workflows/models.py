@@ -127,8 +127,14 @@ class Transition(BaseModel):
     status: JobStatus
     ts: int
     attempt: int
+    attempts: int = 0
     worker_id: str | None = None
     reason: str | None = None
+
+
+# Transitions kept in each job's memo, so the event stream reads them from a
+# visibility listing; older ones are read with a query when a reader falls behind.
+EVENTS_MEMO_KEEP = 16
 
 
 class Job(BaseModel):
@@ -241,6 +247,27 @@ class ClaimedJob(BaseModel):
     max_runtime_ms: int
     heartbeat_timeout_ms: int = Field(description="Heartbeat at least three times per this")
     claimed_at: int
+
+
+class EventsMemo(BaseModel):
+    """What a job's memo holds for the event stream."""
+
+    type: str
+    priority: int
+    created_at: int
+    transitions: list[Transition]
+
+
+def events_memo(job: Job) -> dict[str, JsonValue]:
+    """The memo value for a job: its identity and its latest transitions."""
+    memo = EventsMemo(
+        type=job.type,
+        priority=job.priority,
+        created_at=job.created_at,
+        transitions=job.transitions[-EVENTS_MEMO_KEEP:],
+    )
+    dumped: dict[str, JsonValue] = memo.model_dump(mode="json")
+    return dumped
 
 
 def attempt_activity_id(attempt: int) -> str:

@@ -1,0 +1,324 @@
+"""The job event stream, derived from Temporal visibility: no broker, no process state
+that another API replica would not derive the same way.
+
+Every job keeps its latest transitions in its memo, stamped with workflow time, and
+`JobforgeUpdatedAt` holds the time of its latest one. One poller per API process lists
+the jobs updated since its cursor and emits their transitions in the order of the key
+(ts, job id, seq) once they are older than a settle window, so the stream is a single
+ordered sequence and an event id is a position in it: resuming after id K means
+"every transition whose key is greater than K".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+from temporalio.client import Client
+
+from api.jobs import JobService
+from workflows import attributes
+from workflows.job import EVENTS_MEMO
+from workflows.models import ErrorType, EventsMemo, JobStatus, Transition
+
+log = logging.getLogger("jobforge.events")
+
+EVENT_NAMES = {
+    JobStatus.ASSIGNED: "job:assigned",
+    JobStatus.RUNNING: "job:running",
+    JobStatus.COMPLETED: "job:completed",
+    JobStatus.FAILED: "job:failed",
+    JobStatus.QUARANTINED: "job:quarantined",
+}
+
+
+@dataclass(frozen=True, order=True)
+class EventKey:
+    """A position in the stream."""
+
+    ts: int
+    job_id: str
+    seq: int
+
+    def encode(self) -> str:
+        """The SSE id."""
+        return f"{self.ts}-{self.job_id}-{self.seq}"
+
+    @classmethod
+    def parse(cls, raw: str) -> EventKey | None:
+        """An SSE id back to a key; None if it is not one of ours."""
+        parts = raw.strip().split("-")
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit():
+            return None
+        return cls(int(parts[0]), parts[1], int(parts[2]))
+
+
+class JobEvent(BaseModel):
+    """One transition of one job, as sent on the stream."""
+
+    event: str
+    id: str
+    type: str
+    priority: int
+    status: JobStatus
+    seq: int
+    ts: int
+    attempt: int
+    attempts: int
+    worker_id: str | None
+    reason: str | None
+    created_at: int
+
+
+def event_name(transition: Transition) -> str:
+    """`job:created`, `job:cancelled`, … for a transition."""
+    if transition.status == JobStatus.PENDING:
+        return "job:created" if transition.seq == 1 else "job:pending"
+    if transition.status == JobStatus.FAILED and transition.reason == ErrorType.CANCELLED.value:
+        return "job:cancelled"
+    return EVENT_NAMES[transition.status]
+
+
+def make_event(job_id: str, memo: EventsMemo, transition: Transition) -> JobEvent:
+    """The stream's view of one transition."""
+    return JobEvent(
+        event=event_name(transition),
+        id=job_id,
+        type=memo.type,
+        priority=memo.priority,
+        status=transition.status,
+        seq=transition.seq,
+        ts=transition.ts,
+        attempt=transition.attempt,
+        attempts=transition.attempts,
+        worker_id=transition.worker_id,
+        reason=transition.reason,
+        created_at=memo.created_at,
+    )
+
+
+def key_of(event: JobEvent) -> EventKey:
+    """An event's position."""
+    return EventKey(event.ts, event.id, event.seq)
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One connected client: a bounded queue and its filters."""
+
+    queue: asyncio.Queue[JobEvent | None]
+    accepts: Callable[[JobEvent], bool]
+    overflowed: bool = False
+
+    def offer(self, event: JobEvent) -> None:
+        """Queue an event; a client that falls too far behind is cut off (it resumes)."""
+        if self.overflowed or not self.accepts(event):
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)
+
+
+def _iso(ms: int) -> str:
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+@dataclass
+class FeedSettings:
+    """Timing of the poller."""
+
+    poll_ms: int = 100
+    # A transition is emitted once it is this old (at least), so the ones visibility
+    # shows late still come out in key order; it grows with the lag actually seen.
+    settle_ms: int = 150
+    settle_max_ms: int = 5000
+    # Jobs updated this long before the cursor are re-read, to catch late visibility.
+    lookback_ms: int = 2000
+    lookback_max_ms: int = 30_000
+    # A finished job is forgotten this long after its last transition.
+    forget_ms: int = 60_000
+    queue_max: int = 10_000
+
+
+@dataclass
+class EventFeed:
+    """The process's poller and its subscribers."""
+
+    client: Client
+    jobs: JobService
+    settings: FeedSettings = field(default_factory=FeedSettings)
+    on_event: Callable[[JobEvent], None] | None = None
+    late_events: int = 0
+    lag_ms: float = 0.0
+    _cursor: EventKey | None = None
+    _start: EventKey | None = None
+    # job id → (last seq emitted, its ts, finished)
+    _sent: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
+    # Transitions seen but not yet settled.
+    _waiting: set[EventKey] = field(default_factory=set)
+    _subscribers: set[Subscriber] = field(default_factory=set)
+    _task: asyncio.Task[None] | None = None
+
+    @property
+    def cursor(self) -> EventKey:
+        """The last position emitted (or where the feed started)."""
+        if self._cursor is None:
+            self._cursor = EventKey(int(time.time() * 1000) - self.settings.settle_ms, "", 0)
+            self._start = self._cursor
+        return self._cursor
+
+    def start(self) -> None:
+        """Run the poller (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="event feed")
+
+    async def stop(self) -> None:
+        """Stop the poller."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # Temporal unavailable: keep trying
+                log.warning("event poll failed: %s", err)
+                await asyncio.sleep(1.0)
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(max(self.settings.poll_ms / 1000 - elapsed, 0.01))
+
+    async def tick(self) -> None:
+        """One look at visibility: emit every settled transition not emitted yet."""
+        cursor = self.cursor
+        start = self._start or cursor
+        cfg = self.settings
+        now = int(time.time() * 1000)
+        settle = min(max(cfg.settle_ms, self.lag_ms + 50), cfg.settle_max_ms)
+        settled = now - settle
+        lookback = min(max(cfg.lookback_ms, 3 * self.lag_ms), cfg.lookback_max_ms)
+        since = cursor.ts - int(lookback)
+        fresh: list[JobEvent] = []
+        late: list[JobEvent] = []
+        lag = 0
+        async for job_id, memo in self._changed_since(since):
+            last_seq = self._sent.get(job_id, (0, 0, False))[0]
+            for transition in memo.transitions:
+                if transition.seq <= last_seq:
+                    continue
+                key = EventKey(transition.ts, job_id, transition.seq)
+                if key not in self._waiting:
+                    # Visibility lag: how old a transition is when we first see it.
+                    lag = max(lag, now - transition.ts)
+                if transition.ts >= settled:
+                    self._waiting.add(key)
+                    break  # later ones of this job wait too, to keep its order
+                self._waiting.discard(key)
+                event = make_event(job_id, memo, transition)
+                if key > cursor:
+                    fresh.append(event)
+                elif key > start:
+                    late.append(event)  # seen after the cursor passed it: still sent
+        # Decay the lag estimate slowly so one slow look does not pin the settle window.
+        self.lag_ms = max(float(min(lag, cfg.settle_max_ms)) if lag else 0.0, self.lag_ms * 0.95)
+        fresh.sort(key=key_of)
+        late.sort(key=key_of)
+        for event in [*late, *fresh]:
+            self._emit(event)
+        self.late_events += len(late)
+        if fresh:
+            self._cursor = key_of(fresh[-1])
+        self._forget(cursor.ts - cfg.forget_ms)
+
+    def _emit(self, event: JobEvent) -> None:
+        finished = event.status in (JobStatus.COMPLETED, JobStatus.QUARANTINED) or (
+            event.event == "job:cancelled"
+        )
+        self._sent[event.id] = (event.seq, event.ts, finished)
+        if self.on_event is not None:
+            self.on_event(event)
+        for subscriber in list(self._subscribers):
+            subscriber.offer(event)
+
+    def _forget(self, before: int) -> None:
+        """Drop finished jobs last seen before `before`: they change no more, and they
+        are out of the window that is re-read."""
+        stale = [j for j, (_, ts, finished) in self._sent.items() if finished and ts < before]
+        for job_id in stale:
+            del self._sent[job_id]
+
+    async def _changed_since(self, since_ms: int) -> AsyncIterator[tuple[str, EventsMemo]]:
+        query = (
+            f"WorkflowType = 'JobWorkflow' AND {attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
+        )
+        async for execution in self.client.list_workflows(query):
+            memo = await execution.memo()
+            raw = memo.get(EVENTS_MEMO)
+            if raw is None:
+                continue
+            yield execution.id, EventsMemo.model_validate(raw)
+
+    async def _full_memo(self, job_id: str, memo: EventsMemo) -> EventsMemo:
+        """The memo, with every transition when older ones were cut from it."""
+        if not memo.transitions or memo.transitions[0].seq == 1:
+            return memo
+        job = await self.jobs.get(job_id)
+        return memo.model_copy(update={"transitions": job.transitions})
+
+    async def catch_up(self, after: EventKey, until: EventKey) -> list[JobEvent]:
+        """Every transition with after < key <= until, in order (a resuming client)."""
+        events: list[JobEvent] = []
+        async for job_id, memo in self._changed_since(after.ts - self.settings.lookback_ms):
+            first = memo.transitions[0] if memo.transitions else None
+            if first is not None and first.seq > 1 and first.ts > after.ts:
+                memo = await self._full_memo(job_id, memo)
+            for transition in memo.transitions:
+                event = make_event(job_id, memo, transition)
+                if after < key_of(event) <= until:
+                    events.append(event)
+        events.sort(key=key_of)
+        return events
+
+    async def subscribe(
+        self, accepts: Callable[[JobEvent], bool], last_event_id: str | None
+    ) -> AsyncIterator[JobEvent]:
+        """Events for one client: what it missed (after Last-Event-ID), then live ones."""
+        self.start()
+        subscriber = Subscriber(asyncio.Queue(self.settings.queue_max), accepts)
+        self._subscribers.add(subscriber)
+        try:
+            resume = EventKey.parse(last_event_id) if last_event_id else None
+            caught: set[EventKey] = set()
+            if resume is not None and resume < self.cursor:
+                for missed in await self.catch_up(resume, self.cursor):
+                    caught.add(key_of(missed))
+                    if accepts(missed):
+                        yield missed
+            while True:
+                live = await subscriber.queue.get()
+                if live is None:
+                    return  # overflowed: the client reconnects with its Last-Event-ID
+                key = key_of(live)
+                if resume is not None and (key <= resume or key in caught):
+                    continue  # the client has it already
+                yield live
+        finally:
+            self._subscribers.discard(subscriber)

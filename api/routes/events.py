@@ -1,0 +1,113 @@
+"""`GET /api/jobs/events`: Server-Sent Events of every job transition."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import time
+from collections.abc import AsyncIterable, Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel
+
+from api.deps import Authorized
+from api.errors import ApiError
+from api.events import EventFeed, JobEvent, key_of
+from workflows.models import TYPE_PATTERN, JobStatus
+
+router = APIRouter(prefix="/api", tags=["events"])
+
+STREAM_TOKEN_TTL_S = 300
+_TYPE_RE = re.compile(TYPE_PATTERN)
+
+
+def get_feed(request: Request) -> EventFeed:
+    """The process's event feed."""
+    feed: EventFeed = request.app.state.feed
+    return feed
+
+
+FeedDep = Annotated[EventFeed, Depends(get_feed)]
+
+
+def sign_stream_token(secret: str, expires: int) -> str:
+    """`<expires>.<hmac>`: lets a browser's EventSource in without the secret in a URL."""
+    mac = hmac.new(secret.encode(), f"events:{expires}".encode(), hashlib.sha256).hexdigest()
+    return f"{expires}.{mac}"
+
+
+def stream_token_valid(secret: str, token: str, now: float) -> bool:
+    """Whether a stream token is ours and not expired."""
+    expires_raw, _, _ = token.partition(".")
+    if not expires_raw.isdigit() or int(expires_raw) < now:
+        return False
+    return hmac.compare_digest(sign_stream_token(secret, int(expires_raw)), token)
+
+
+class StreamToken(BaseModel):
+    """A short-lived token for `GET /api/jobs/events?token=`."""
+
+    token: str
+    expires_at: int
+
+
+@router.post("/events/token", response_model=StreamToken, dependencies=[Authorized])
+async def stream_token(request: Request) -> StreamToken:
+    """Issue a stream token (valid five minutes) for clients that cannot send headers."""
+    expires = int(time.time()) + STREAM_TOKEN_TTL_S
+    return StreamToken(
+        token=sign_stream_token(request.app.state.secret, expires), expires_at=expires * 1000
+    )
+
+
+def stream_access(
+    request: Request, token: Annotated[str | None, Query(max_length=200)] = None
+) -> None:
+    """Open by default; with EVENTS_REQUIRE_TOKEN, a bearer or a stream token."""
+    if not request.app.state.events_require_token:
+        return
+    secret: str = request.app.state.secret
+    bearer = request.headers.get("authorization", "")
+    if hmac.compare_digest(bearer.encode(), f"Bearer {secret}".encode()):
+        return
+    if token and stream_token_valid(secret, token, time.time()):
+        return
+    raise ApiError(401, "events need a bearer token or a stream token (?token=)")
+
+
+def event_filter(
+    status: Annotated[list[JobStatus] | None, Query()] = None,
+    type: Annotated[list[str] | None, Query(max_length=64)] = None,
+) -> Callable[[JobEvent], bool]:
+    """The `?status=` and `?type=` filters (each may repeat)."""
+    for job_type in type or []:
+        if not _TYPE_RE.match(job_type):
+            raise ApiError(422, f"type: {job_type!r} is not a job type", field="type")
+    statuses = set(status or [])
+    types = set(type or [])
+
+    def accepts(event: JobEvent) -> bool:
+        return (not statuses or event.status in statuses) and (not types or event.type in types)
+
+    return accepts
+
+
+@router.get(
+    "/jobs/events", response_class=EventSourceResponse, dependencies=[Depends(stream_access)]
+)
+async def job_events(
+    feed: FeedDep,
+    accepts: Annotated[Callable[[JobEvent], bool], Depends(event_filter)],
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=200)] = None,
+) -> AsyncIterable[ServerSentEvent]:
+    """Every job transition, per job in order; resumable with `Last-Event-ID`.
+
+    Events: job:created, job:assigned, job:running, job:completed, job:failed,
+    job:pending (re-queued), job:quarantined, job:cancelled. Open unless the API runs
+    with EVENTS_REQUIRE_TOKEN=true (then a bearer token or `?token=` stream token).
+    """
+    async for event in feed.subscribe(accepts, last_event_id):
+        yield ServerSentEvent(event=event.event, id=key_of(event).encode(), data=event)

@@ -1,0 +1,198 @@
+"""The live event stream: complete, ordered per job, resumable, filterable."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import SECRET, Api, Solver
+
+pytestmark = pytest.mark.usefixtures("session_worker")
+
+LIFE = ["job:created", "job:assigned", "job:running", "job:completed"]
+
+
+@dataclass
+class Sse:
+    """One parsed server-sent event."""
+
+    event: str
+    id: str
+    data: dict[str, Any]
+
+
+def read_events(response: httpx.Response) -> Iterator[Sse]:
+    """Parse an SSE body as it streams."""
+    event, event_id, data = "", "", ""
+    for line in response.iter_lines():
+        if line.startswith(":"):
+            continue
+        if not line:
+            if data:
+                yield Sse(event, event_id, json.loads(data))
+            event, event_id, data = "", "", ""
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "id":
+            event_id = value
+        elif name == "data":
+            data += value
+
+
+@dataclass
+class Collector:
+    """Reads a stream in a thread until `done` says so or the deadline passes."""
+
+    url: str
+    params: dict[str, Any]
+    done: Callable[[list[Sse]], bool]
+    last_event_id: str | None = None
+    events: list[Sse] = field(default_factory=list)
+    connected: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    def run(self, deadline_s: float) -> threading.Thread:
+        """Start reading."""
+        thread = threading.Thread(target=self._read, args=(deadline_s,), daemon=True)
+        thread.start()
+        return thread
+
+    def _read(self, deadline_s: float) -> None:
+        headers = {"Last-Event-ID": self.last_event_id} if self.last_event_id else {}
+        end = time.monotonic() + deadline_s
+        try:
+            with (
+                httpx.Client(timeout=httpx.Timeout(deadline_s, connect=10)) as http,
+                http.stream("GET", self.url, params=self.params, headers=headers) as response,
+            ):
+                assert response.status_code == 200, response.read()
+                self.connected.set()
+                for sse in read_events(response):
+                    self.events.append(sse)
+                    if self.done(self.events) or time.monotonic() > end:
+                        return
+        except BaseException as err:  # surfaced by the test
+            self.error = err
+            self.connected.set()
+
+
+def by_job(events: list[Sse]) -> dict[str, list[Sse]]:
+    """Events grouped by job id, in arrival order."""
+    grouped: dict[str, list[Sse]] = defaultdict(list)
+    for sse in events:
+        grouped[sse.data["id"]].append(sse)
+    return grouped
+
+
+def finished(count: int) -> Callable[[list[Sse]], bool]:
+    """Done once `count` jobs have their completed event."""
+    return lambda events: sum(e.event == "job:completed" for e in events) >= count
+
+
+@pytest.fixture
+def shell_solver(tmp_path: Path) -> Solver:
+    """A solver that starts fast: a shell script printing {}."""
+    path = tmp_path / "noop.sh"
+    path.write_text("#!/bin/sh\necho '{}'\n")
+    path.chmod(0o755)
+    return Solver(path)
+
+
+def test_a_burst_of_200_jobs_yields_each_jobs_whole_life_once_and_in_order(
+    api: Api, job_type: str, shell_solver: Solver
+) -> None:
+    collector = Collector(f"{api.url}/api/jobs/events", {"type": job_type}, finished(200))
+    thread = collector.run(deadline_s=240)
+    assert collector.connected.wait(15)
+
+    ids = {api.submit(**shell_solver.spec(job_type, params={"i": i})) for i in range(200)}
+    thread.join(250)
+
+    assert collector.error is None, collector.error
+    grouped = by_job(collector.events)
+    assert set(grouped) == ids
+    incomplete = {
+        job_id: [e.event for e in events]
+        for job_id, events in grouped.items()
+        if [e.event for e in events] != LIFE
+    }
+    for job_id in list(incomplete)[:3]:
+        incomplete[job_id].append(str(api.job(job_id)["transitions"]))
+    assert not incomplete, (len(incomplete), list(incomplete.items())[:3])
+    for events in grouped.values():
+        assert [e.data["seq"] for e in events] == [1, 2, 3, 4]
+    assert len({e.id for e in collector.events}) == len(collector.events)
+
+
+def test_resuming_with_last_event_id_loses_nothing_and_repeats_nothing(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('print("{}")\n')
+    url = f"{api.url}/api/jobs/events"
+    first = Collector(url, {"type": job_type}, lambda events: len(events) >= 10)
+    thread = first.run(deadline_s=60)
+    assert first.connected.wait(15)
+    ids = {api.submit(**solver.spec(job_type)) for _ in range(20)}
+    thread.join(70)
+    assert first.error is None, first.error
+    assert len(first.events) >= 10
+
+    second = Collector(url, {"type": job_type}, finished(20), last_event_id=first.events[-1].id)
+    second.run(deadline_s=60).join(70)
+
+    assert second.error is None, second.error
+    ids_seen = [e.id for e in first.events + second.events]
+    assert len(ids_seen) == len(set(ids_seen)), "an event was repeated"
+    grouped = by_job(first.events + second.events)
+    assert set(grouped) == ids
+    for events in grouped.values():
+        assert [e.event for e in events] == LIFE
+
+
+def test_the_stream_filters_by_status_and_type(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('print("{}")\n')
+    other_type = f"{job_type}-b"
+    collector = Collector(
+        f"{api.url}/api/jobs/events",
+        {"type": job_type, "status": "completed"},
+        finished(3),
+    )
+    thread = collector.run(deadline_s=60)
+    assert collector.connected.wait(15)
+    for _ in range(3):
+        api.submit(**solver.spec(other_type))
+        api.submit(**solver.spec(job_type))
+    thread.join(70)
+
+    assert collector.error is None, collector.error
+    assert len(collector.events) == 3
+    assert {e.event for e in collector.events} == {"job:completed"}
+    assert {e.data["type"] for e in collector.events} == {job_type}
+
+
+def test_the_stream_needs_a_token_when_the_operator_asks_for_it(
+    start_api: Callable[..., Api],
+) -> None:
+    locked = start_api(EVENTS_REQUIRE_TOKEN="true")
+    url = f"{locked.url}/api/jobs/events"
+    with httpx.Client(timeout=10) as http:
+        assert http.get(url).status_code == 401
+        assert http.get(url, params={"token": "123.abc"}).status_code == 401
+        token = locked.http.post("/api/events/token").json()["token"]
+        assert SECRET not in token
+        with http.stream("GET", url, params={"token": token}) as response:
+            assert response.status_code == 200
