@@ -5,20 +5,24 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
 from api.bridge import Bridge
 from api.events import EventFeed, FeedSettings
 from api.jobs import JobService
-from api.routes import agents, events, health, jobs
+from api.metrics import Metrics
+from api.routes import agents, dashboard, events, health, jobs
 from api.settings import ApiSettings
 from api.temporal import TemporalSettings, connect
 from api.workers import WorkerDirectory
 
 log = logging.getLogger("jobforge.api")
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 class BodyLimit:
@@ -95,10 +99,12 @@ def create_app(
         app.state.jobs = JobService(client, temporal, settings)
         app.state.bridge = Bridge(client, temporal, app.state.jobs)
         app.state.workers = WorkerDirectory(client, temporal, settings.heartbeat_timeout_s)
+        app.state.client = client
         app.state.feed = EventFeed(
             client,
             app.state.jobs,
             FeedSettings(poll_ms=settings.events_poll_ms, settle_ms=settings.events_settle_ms),
+            on_event=app.state.metrics.observe,
         )
         yield
         await app.state.feed.stop()
@@ -114,8 +120,13 @@ def create_app(
     errors.install(app)
     app.include_router(health.router)
     app.state.events_require_token = settings.events_require_token
+    app.state.metrics = Metrics()
+    app.include_router(dashboard.router)
+    app.include_router(dashboard.open_router)
     app.include_router(events.router)
     app.include_router(agents.router)
     app.include_router(jobs.router)
+    # The dashboard: static files at /, after every API route.
+    app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="dashboard")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app

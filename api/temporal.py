@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 
 class TemporalSettings(BaseSettings):
@@ -29,24 +32,27 @@ class TemporalSettings(BaseSettings):
 
 
 async def connect(
-    settings: TemporalSettings, *, identity: str | None = None, lazy: bool = False
+    settings: TemporalSettings,
+    *,
+    identity: str | None = None,
+    lazy: bool = False,
+    runtime: Runtime | None = None,
 ) -> Client:
     """A client with the pydantic data converter jobforge's models need."""
-    if identity:
-        return await Client.connect(
-            settings.address,
-            namespace=settings.namespace,
-            api_key=settings.api_key,
-            tls=settings.tls or bool(settings.api_key),
-            data_converter=pydantic_data_converter,
-            identity=identity,
-            lazy=lazy,
-        )
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,
         api_key=settings.api_key,
         tls=settings.tls or bool(settings.api_key),
         data_converter=pydantic_data_converter,
+        identity=identity or f"jobforge@{socket.gethostname()}",
         lazy=lazy,
+        runtime=runtime,
+    )
+
+
+def metrics_runtime(port: int) -> Runtime:
+    """A Temporal runtime exporting the SDK's own metrics on :port/metrics."""
+    return Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{port}"))
     )

@@ -16,7 +16,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.attempt import JobActivities, RunnerConfig, split_command
 from activities.solver_cache import FetchLimits, SolverCache
-from api.temporal import TemporalSettings, connect
+from api.temporal import TemporalSettings, connect, metrics_runtime
 from api.workers import SEEN_EVERY_S, register_worker
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.job import JobWorkflow
@@ -194,5 +194,6 @@ async def serve(
     """Entry point of `jobforge worker`."""
     stop = asyncio.Event()
     install_stop_handlers(stop)
-    client = await connect(temporal, identity=settings.node_id)
+    runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
+    client = await connect(temporal, identity=settings.node_id, runtime=runtime)
     await NativeWorker(client, temporal, settings, solver).run(stop)

@@ -66,6 +66,7 @@ class WorkerSettings(BaseSettings):
     run_workflows: bool = True
     shutdown_grace_s: float = 30.0
     type_poll_ms: int = Field(default=1000, ge=50)
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     node_id: str = Field(
         default_factory=_default_node_id,
         validation_alias="NODE_ID",

@@ -116,6 +116,7 @@ async def claim_job(
     )
     if claimed is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
+    request.app.state.metrics.claims.inc()
     return claimed
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Response, status
+from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel
 
 from api.deps import Authorized, JobsDep
@@ -24,6 +24,7 @@ class Submitted(BaseModel):
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=Submitted)
 async def submit_job(
+    request: Request,
     spec: JobSpec,
     jobs: JobsDep,
     idempotency_key: Annotated[
@@ -38,6 +39,7 @@ async def submit_job(
 ) -> Submitted:
     """Enqueue a job. Returns its id and status."""
     job = await jobs.submit(spec, idempotency_key)
+    request.app.state.metrics.submissions.inc()
     return Submitted(id=job.id, status=job.status)
 
 

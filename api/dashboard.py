@@ -1,0 +1,135 @@
+"""Reads for dashboards and metrics, from visibility only: counts, pages of summaries,
+the oldest pending job. Nothing here lists every job."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+from temporalio.client import Client
+
+from api.errors import ApiError
+from workflows import attributes
+from workflows.job import EVENTS_MEMO
+from workflows.models import EventsMemo, JobStatus
+
+JOBS = "WorkflowType = 'JobWorkflow'"
+
+
+class JobSummary(BaseModel):
+    """A row of the jobs table, built from the job's memo (no query per job)."""
+
+    id: str
+    type: str
+    priority: int
+    status: JobStatus
+    attempts: int
+    worker_id: str | None
+    fail_reason: str | None
+    created_at: int
+    updated_at: int
+
+
+class JobPage(BaseModel):
+    """One page of summaries, newest first, and the token of the next one."""
+
+    jobs: list[JobSummary]
+    next_page_token: str | None
+
+
+def job_filter(status: JobStatus | None, job_type: str | None) -> str:
+    """A visibility query for jobs with this status and type (both optional)."""
+    clauses = [JOBS]
+    if status is not None:
+        clauses.append(f"{attributes.STATUS.name} = '{status.value}'")
+    if job_type is not None:
+        clauses.append(f"{attributes.TYPE.name} = '{job_type}'")
+    return " AND ".join(clauses)
+
+
+def summarize(job_id: str, memo: EventsMemo) -> JobSummary:
+    """The table row for a job, from its latest transitions."""
+    last = memo.transitions[-1]
+    reason = next((t.reason for t in reversed(memo.transitions) if t.reason), None)
+    return JobSummary(
+        id=job_id,
+        type=memo.type,
+        priority=memo.priority,
+        status=last.status,
+        attempts=last.attempts,
+        worker_id=last.worker_id,
+        fail_reason=reason,
+        created_at=memo.created_at,
+        updated_at=last.ts,
+    )
+
+
+async def job_page(
+    client: Client,
+    status: JobStatus | None,
+    job_type: str | None,
+    limit: int,
+    page_token: str | None,
+) -> JobPage:
+    """A page of job summaries in visibility's own order (newest first)."""
+    token: bytes | None = None
+    if page_token:
+        try:
+            token = base64.urlsafe_b64decode(page_token.encode())
+        except (binascii.Error, ValueError) as err:
+            raise ApiError(
+                422, "page_token: not a token from this API", field="page_token"
+            ) from err
+    iterator = client.list_workflows(
+        job_filter(status, job_type), page_size=limit, next_page_token=token
+    )
+    await iterator.fetch_next_page()
+    jobs: list[JobSummary] = []
+    for execution in iterator.current_page or []:
+        memo = await execution.memo()
+        raw = memo.get(EVENTS_MEMO)
+        if raw is not None:
+            jobs.append(summarize(execution.id, EventsMemo.model_validate(raw)))
+    next_token = iterator.next_page_token
+    return JobPage(
+        jobs=jobs,
+        next_page_token=base64.urlsafe_b64encode(next_token).decode() if next_token else None,
+    )
+
+
+async def job_counts(client: Client, job_type: str | None) -> dict[str, int]:
+    """How many jobs are in each status (one visibility count per status)."""
+    statuses = list(JobStatus)
+    counts = await asyncio.gather(
+        *(client.count_workflows(job_filter(s, job_type)) for s in statuses)
+    )
+    return {s.value: c.count for s, c in zip(statuses, counts, strict=True)}
+
+
+async def oldest_pending_age_s(client: Client, horizon_s: float = 30 * 24 * 3600) -> float:
+    """Age of the oldest pending job, by bisecting its start time with counts
+    (visibility has no ORDER BY; about 20 counts, never a listing)."""
+    now = time.time()
+    pending = job_filter(JobStatus.PENDING, None)
+
+    async def any_before(ts: float) -> bool:
+        stamp = datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        count = await client.count_workflows(f"{pending} AND StartTime < '{stamp}'")
+        return count.count > 0
+
+    if not await any_before(now + 1):
+        return 0.0
+    low, high = now - horizon_s, now + 1
+    if await any_before(low):
+        return horizon_s
+    while high - low > 1.0:
+        middle = (low + high) / 2
+        if await any_before(middle):
+            high = middle
+        else:
+            low = middle
+    return max(now - low, 0.0)
