@@ -29,14 +29,14 @@ from temporalio.api.workflowservice.v1 import (
     PollActivityTaskQueueRequest,
     PollActivityTaskQueueResponse,
 )
-from temporalio.client import AsyncActivityCancelledError, Client
+from temporalio.client import AsyncActivityCancelledError, Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
 from api.jobs import JobService, now_ms
 from api.temporal import TemporalSettings
-from workflows.job import FINAL_FAILURES, REPORT_SIGNAL
+from workflows.job import CLAIM_UPDATE, FINAL_FAILURES, REPORT_SIGNAL
 from workflows.models import (
     AttemptInput,
     AttemptReport,
@@ -222,12 +222,17 @@ class Bridge:
             attempt=inp.attempt, worker_id=worker_id, phase="assigned", claimed_at=claimed_at
         )
         try:
-            await self._client.get_workflow_handle(inp.job_id).signal(REPORT_SIGNAL, report)
+            await self._client.get_workflow_handle(inp.job_id).execute_update(
+                CLAIM_UPDATE, report, result_type=Job
+            )
+        except WorkflowUpdateFailedError:
+            await self._abandon(task)
+            return None  # the job was cancelled meanwhile; its attempt is moot
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 await self._abandon(task)
                 raise
-            return None  # the job closed meanwhile (cancelled); its attempt is moot
+            return None  # the job closed meanwhile
         return ClaimedJob(
             id=inp.job_id,
             type=inp.type,
