@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import JsonValue
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities.runner import SolverRun, run_solver
 from activities.solver_cache import SolverCache
@@ -21,6 +25,8 @@ from workflows.job import REPORT_SIGNAL, RUN_JOB_ACTIVITY
 from workflows.models import AttemptInput, AttemptReport, AttemptResult, ErrorType
 
 HEARTBEAT_EVERY_S = 10.0
+
+log = logging.getLogger("jobforge.worker")
 
 
 def now_ms() -> int:
@@ -85,11 +91,25 @@ class JobActivities:
     @activity.defn(name=RUN_JOB_ACTIVITY)
     async def run_job(self, inp: AttemptInput) -> AttemptResult:
         """Claim, fetch and verify the solver, run it with heartbeats, report."""
-        slots = self._config.slots
-        if slots is None:
-            return await self._attempt(inp)
-        async with slots:
-            return await self._attempt(inp)
+        info = activity.info()
+        timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 60.0
+        # Heartbeat from the start: an attempt waiting for a slot (a worker serving
+        # several types) is alive, and must not be failed by the heartbeat timeout.
+        beat = asyncio.create_task(_heartbeat_loop(min(HEARTBEAT_EVERY_S, timeout / 3)))
+        try:
+            slots = self._config.slots
+            if slots is None:
+                return await self._attempt(inp)
+            async with slots:
+                return await self._attempt(inp)
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                raise ApplicationError(
+                    "worker shut down during the attempt", type=ErrorType.WORKER_SHUTDOWN
+                ) from None
+            raise
+        finally:
+            beat.cancel()
 
     async def _attempt(self, inp: AttemptInput) -> AttemptResult:
         info = activity.info()
@@ -110,11 +130,17 @@ class JobActivities:
             )
             await handle.signal(REPORT_SIGNAL, report)
 
-        timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 60.0
-        beat = asyncio.create_task(_heartbeat_loop(min(HEARTBEAT_EVERY_S, timeout / 3)))
         reporting: asyncio.Task[None] | None = None
         try:
             argv = await self._solver_argv(inp, on_download=lambda: report("assigned"))
+            # A cancel while the attempt waited or downloaded reaches this worker only
+            # with a heartbeat response; ask once, so a cancelled job's solver never runs.
+            if not await attempt_still_wanted(handle, info.activity_id):
+                raise ApplicationError(
+                    "the attempt was cancelled before its solver started",
+                    type=ErrorType.CANCELLED,
+                    non_retryable=True,
+                )
 
             async def on_start() -> None:
                 nonlocal reporting
@@ -137,14 +163,7 @@ class JobActivities:
                 # The workflow must see `running` before the result, for an exact history.
                 await reporting
             return solver_outcome(run, worker_id, self._config.max_output_bytes)
-        except asyncio.CancelledError:
-            if activity.is_worker_shutdown():
-                raise ApplicationError(
-                    "worker shut down during the attempt", type=ErrorType.WORKER_SHUTDOWN
-                ) from None
-            raise
         finally:
-            beat.cancel()
             if reporting is not None and not reporting.done():
                 reporting.cancel()
 
@@ -162,6 +181,25 @@ class JobActivities:
                 type=ErrorType.SOLVER_NOT_FOUND,
             )
         return list(command)
+
+
+async def attempt_still_wanted(handle: WorkflowHandle[Any, Any], activity_id: str) -> bool:
+    """Whether the job's workflow still waits for this attempt (not cancelled, not over).
+
+    When Temporal cannot answer, the attempt goes on: a cancel still arrives with a
+    heartbeat response.
+    """
+    try:
+        desc = await handle.describe()
+    except RPCError as err:
+        log.warning("cannot check attempt %s of %s: %s", activity_id, handle.id, err)
+        return True
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return False
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_id == activity_id:
+            return pending.state != PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED
+    return False
 
 
 async def _heartbeat_loop(every_s: float) -> None:

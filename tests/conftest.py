@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -304,3 +304,159 @@ def solver_server(tmp_path: Path) -> Iterator[SolverServer]:
     thread.start()
     yield state
     server.shutdown()
+
+
+# -- isolated stacks: an API and workers on task queues of their own --------------
+
+
+@dataclass
+class Stack:
+    """An API, a workflow-only worker and activity workers on private task queues.
+
+    The session worker serves every type it learns of, but only on the default queues,
+    so jobs of a stack run only on the workers the test starts for it.
+    """
+
+    api: Api
+    queues: dict[str, str]
+    start_worker: Callable[..., Proc]
+    procs: list[Proc] = field(default_factory=list)
+
+    def worker(self, job_type: str, node_id: str, **env: str) -> Proc:
+        """An activity-only worker for `job_type` (comma list) on this stack's queues."""
+        proc = self.start_worker(
+            **{
+                **self.queues,
+                "WORKER_TYPES": job_type,
+                "WORKER_RUN_WORKFLOWS": "false",
+                "NODE_ID": node_id,
+                **env,
+            }
+        )
+        self.procs.append(proc)
+        return proc
+
+
+async def _registry_on_default_queue(temporal: DevServer) -> None:
+    """Start the (global) type registry on the default queue if nobody has yet.
+
+    An isolated API registers its types in the same registry workflow; had it created
+    it, the registry would live on the stack's private queue and die with the stack.
+    """
+    from temporalio.client import Client
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from api.temporal import TemporalSettings
+    from workflows.registry import REGISTRY_WORKFLOW_ID
+
+    client = await Client.connect(temporal.address)
+    await client.start_workflow(
+        "JobTypeRegistry",
+        [],
+        id=REGISTRY_WORKFLOW_ID,
+        task_queue=TemporalSettings().task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+@pytest.fixture
+async def start_stack(
+    temporal: DevServer, start_api: Callable[..., Api], start_worker: Callable[..., Proc]
+) -> AsyncIterator[Callable[..., Stack]]:
+    """Factory: a Stack (API env as keyword arguments); its processes stop after the test."""
+    await _registry_on_default_queue(temporal)
+    stacks: list[Stack] = []
+
+    def start(**api_env: str) -> Stack:
+        name = f"iso-{uuid.uuid4().hex[:10]}"
+        queues = {"TEMPORAL_TASK_QUEUE": name, "TEMPORAL_ACTIVITY_QUEUE_PREFIX": f"{name}-"}
+        api = start_api(**queues, **api_env)
+        stack = Stack(api, queues, start_worker, [api.proc])
+        stacks.append(stack)
+        # Workflows only: the one type it polls is never submitted.
+        stack.procs.append(
+            start_worker(
+                ready="ready: workflows=True",
+                WORKER_TYPES="no-such-type",
+                NODE_ID=f"{name}-workflows",
+                **queues,
+            )
+        )
+        return stack
+
+    yield start
+    for stack in stacks:
+        for proc in reversed(stack.procs):
+            proc.stop(timeout=15)
+
+
+@dataclass
+class GatedServer:
+    """An HTTP server on loopback that sends half of a file, then waits for `gate`."""
+
+    root: Path
+    port: int
+    gate: threading.Event = field(default_factory=threading.Event)
+    hits: Counter[str] = field(default_factory=Counter)
+    held: Counter[str] = field(default_factory=Counter)
+    aborted: Counter[str] = field(default_factory=Counter)
+
+    def url(self, name: str) -> str:
+        """URL of a file under root."""
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+
+@pytest.fixture
+def gated_server(tmp_path: Path) -> Iterator[GatedServer]:
+    """Serve tmp_path/gated; each body stalls half way until the test sets `gate`."""
+    from http.server import BaseHTTPRequestHandler
+
+    root = tmp_path / "gated"
+    root.mkdir()
+    state = GatedServer(root, 0)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.hits[self.path] += 1
+            path = root / self.path.lstrip("/")
+            if not path.is_file():
+                self.send_error(404)
+                return
+            body = path.read_bytes()
+            half = len(body) // 2
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[:half])
+                self.wfile.flush()
+                state.held[self.path] += 1
+                state.gate.wait(120)
+                self.wfile.write(body[half:])
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                state.aborted[self.path] += 1
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    state.gate.set()
+    server.shutdown()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,284 @@
+"""Worker processes under stress: SIGKILL, SIGTERM with a grace period, priority order.
+
+Every test runs its own API and workers on private task queues (`start_stack`), so
+the session worker, which serves every type it learns of, never takes these jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
+
+from tests.conftest import Solver, Stack, pid_alive, wait_until
+from worker.devserver import DevServer
+
+# A solver that blocks until `params["release"]` exists (or 120 s pass), counting its
+# runs in `params["runs"]` and recording its pid and its child's in `params["pids"]`.
+GATED_SOLVER = """
+import subprocess
+runs_file = params["runs"]
+run = len(open(runs_file).read().split()) + 1 if os.path.exists(runs_file) else 1
+open(runs_file, "a").write(f"{run}\\n")
+if run <= params.get("block_runs", 1):
+    child = subprocess.Popen(["sleep", "600"])
+    open(params["pids"], "a").write(f"{os.getpid()} {child.pid}\\n")
+    parent = os.getppid()
+    deadline = time.monotonic() + 120
+    # Orphaned (its worker was SIGKILLed): nothing is left to wait for.
+    while not os.path.exists(params["release"]) and os.getppid() == parent:
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.02)
+    child.kill()
+print(json.dumps({"run": run}))
+"""
+
+
+def statuses(job: dict[str, Any]) -> list[str]:
+    """The job's recorded status sequence."""
+    return [t["status"] for t in job["transitions"]]
+
+
+def gated_spec(solver: Solver, job_type: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    """A spec for GATED_SOLVER with its bookkeeping files under tmp_path."""
+    params = {
+        "runs": str(tmp_path / "runs"),
+        "pids": str(tmp_path / "pids"),
+        "release": str(tmp_path / "release"),
+        **extra.pop("params", {}),
+    }
+    return solver.spec(job_type, params=params, **extra)
+
+
+def recorded_pids(tmp_path: Path) -> list[int]:
+    """Every solver and child pid GATED_SOLVER recorded."""
+    path = tmp_path / "pids"
+    return [int(pid) for pid in path.read_text().split()] if path.exists() else []
+
+
+def running_on(stack: Stack, job_id: str, worker_id: str) -> Callable[[], bool]:
+    """A condition: the job is running on `worker_id`."""
+
+    def check() -> bool:
+        job = stack.api.job(job_id)
+        return bool(job["status"] == "running" and job["worker_id"] == worker_id)
+
+    return check
+
+
+async def test_a_killed_workers_job_is_requeued_after_the_heartbeat_timeout_and_done_elsewhere(
+    start_stack: Callable[..., Stack],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    tmp_path: Path,
+) -> None:
+    stack = start_stack(JOB_HEARTBEAT_TIMEOUT_S="2")
+    solver = make_solver(GATED_SOLVER)
+    job_id = stack.api.submit(**gated_spec(solver, job_type, tmp_path, max_attempts=3))
+    worker_a = stack.worker(job_type, "node-a")
+    wait_until(running_on(stack, job_id, "node-a"), what="the job to run on node-a")
+
+    worker_a.kill()
+    requeued = wait_until(
+        lambda: (job := stack.api.job(job_id))["fail_history"] and job,
+        timeout=20,
+        what="the attempt to time out",
+    )
+    assert requeued["status"] == "pending"
+    stack.worker(job_type, "node-b")
+    job = stack.api.wait_status(job_id, "completed", "quarantined")
+
+    assert job["status"] == "completed"
+    assert job["worker_id"] == "node-b"
+    assert job["result"] == {"run": 2}
+    assert job["attempts"] == 2
+    assert [(f["reason"], f["worker_id"]) for f in job["fail_history"]] == [
+        ("heartbeat_timeout", "node-a")
+    ]
+    assert statuses(job) == [
+        "pending",
+        "assigned",
+        "running",
+        "failed",
+        "pending",
+        "assigned",
+        "running",
+        "completed",
+    ]
+    failed = next(t for t in job["transitions"] if t["status"] == "failed")
+    assert failed["reason"] == "heartbeat_timeout"
+    assert failed["worker_id"] == "node-a"
+
+
+async def test_sigterm_stops_claiming_and_lets_the_running_job_finish_within_the_grace_period(
+    start_stack: Callable[..., Stack],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    tmp_path: Path,
+) -> None:
+    stack = start_stack()
+    solver = make_solver(GATED_SOLVER)
+    worker_a = stack.worker(job_type, "node-a", WORKER_CORES="1", WORKER_SHUTDOWN_GRACE_S="30")
+    first = stack.api.submit(**gated_spec(solver, job_type, tmp_path))
+    wait_until(running_on(stack, first, "node-a"), what="the first job to run")
+    second = stack.api.submit(**gated_spec(solver, job_type, tmp_path))
+
+    worker_a.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "shutting down" in worker_a.output(), what="node-a to begin shutdown")
+    (tmp_path / "release").touch()
+    assert worker_a.process.wait(30) == 0, worker_a.output()
+
+    done = stack.api.job(first)
+    assert done["status"] == "completed"
+    assert done["worker_id"] == "node-a"
+    assert done["fail_history"] == []
+    waiting = stack.api.job(second)
+    assert waiting["status"] == "pending"
+    assert waiting["attempts"] == 0
+
+    stack.worker(job_type, "node-b")
+    later = stack.api.wait_status(second, "completed", "quarantined")
+    assert later["status"] == "completed"
+    assert later["worker_id"] == "node-b"
+    assert later["attempts"] == 1
+    assert later["fail_history"] == []
+
+
+async def test_a_job_outlasting_the_shutdown_grace_is_requeued_as_worker_shutdown_and_run_again(
+    start_stack: Callable[..., Stack],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    tmp_path: Path,
+) -> None:
+    # The default 60 s heartbeat timeout: a re-queue within 20 s is the shutdown report.
+    stack = start_stack()
+    solver = make_solver(GATED_SOLVER)
+    worker_a = stack.worker(job_type, "node-a", WORKER_SHUTDOWN_GRACE_S="2")
+    job_id = stack.api.submit(**gated_spec(solver, job_type, tmp_path, max_attempts=3))
+    wait_until(running_on(stack, job_id, "node-a"), what="the job to run on node-a")
+    pids = wait_until(lambda: recorded_pids(tmp_path), what="the solver to start its child")
+    assert len(pids) == 2 and all(pid_alive(pid) for pid in pids)
+
+    worker_a.process.send_signal(signal.SIGTERM)
+    requeued = wait_until(
+        lambda: (job := stack.api.job(job_id))["fail_history"] and job,
+        timeout=20,
+        what="the attempt to be reported failed at shutdown",
+    )
+    assert worker_a.process.wait(30) == 0, worker_a.output()
+
+    assert requeued["status"] == "pending"
+    assert requeued["attempts"] == 1
+    [failure] = requeued["fail_history"]
+    assert failure["reason"].startswith("worker_shutdown"), failure
+    assert failure["worker_id"] == "node-a"
+    for pid in pids:
+        wait_until(lambda pid=pid: not pid_alive(pid), timeout=10, what=f"pid {pid} to exit")
+
+    stack.worker(job_type, "node-b")
+    job = stack.api.wait_status(job_id, "completed", "quarantined")
+    assert job["status"] == "completed"
+    assert job["worker_id"] == "node-b"
+    assert job["result"] == {"run": 2}
+    assert job["attempts"] == 2
+    assert statuses(job) == [
+        "pending",
+        *["assigned", "running", "failed", "pending"],
+        *["assigned", "running", "completed"],
+    ]
+
+
+async def attempt_scheduled(temporal: DevServer, job_ids: list[str]) -> bool:
+    """Whether every job's first attempt is in its task queue's backlog."""
+    client = await Client.connect(temporal.address)
+    for job_id in job_ids:
+        desc = await client.get_workflow_handle(job_id).describe()
+        if not desc.raw_description.pending_activities:
+            return False
+    return True
+
+
+async def test_a_backlog_runs_by_priority_then_in_submission_order(
+    start_stack: Callable[..., Stack],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    tmp_path: Path,
+    temporal: DevServer,
+) -> None:
+    stack = start_stack()
+    order = tmp_path / "order"
+    solver = make_solver(f'open({str(order)!r}, "a").write(f"{{params[\'seq\']}}\\n")\n')
+    # Priorities 20, 5, 0 and -20 map to Temporal keys 1, 2, 3 and 5 (default thresholds).
+    priorities = [0, 5, -20, 20, 0, 5, 20, -20]
+    job_ids: list[str] = []
+    for seq, priority in enumerate(priorities):
+        job_ids.append(
+            stack.api.submit(**solver.spec(job_type, priority=priority, params={"seq": seq}))
+        )
+        # Within a priority key Temporal is FIFO by when an attempt reaches the queue,
+        # which for jobs submitted milliseconds apart can differ from submission order
+        # (concurrent workflow tasks); so each job's attempt is queued before the next.
+        await wait_async(lambda: attempt_scheduled(temporal, job_ids[-1:]))
+
+    stack.worker(job_type, "node-a", WORKER_CORES="1")
+    for job_id in job_ids:
+        assert stack.api.wait_status(job_id, "completed", "quarantined")["status"] == "completed"
+
+    ran = [int(line) for line in order.read_text().split()]
+    expected = sorted(range(len(priorities)), key=lambda seq: (-priorities[seq], seq))
+    assert expected == [3, 6, 1, 5, 0, 4, 2, 7]
+    assert ran == expected
+
+
+async def wait_async(condition: Callable[[], Any], timeout: float = 30.0) -> None:
+    """wait_until for an async condition."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_job_waiting_for_a_slot_on_a_busy_worker_keeps_heartbeating(
+    start_stack: Callable[..., Stack],
+    make_solver: Callable[[str], Solver],
+    tmp_path: Path,
+    temporal: DevServer,
+) -> None:
+    # One core, two types: the second type's task is held while the first job runs.
+    stack = start_stack(JOB_HEARTBEAT_TIMEOUT_S="2")
+    busy_type, waiting_type = "busy-" + tmp_path.name[-8:], "waiting-" + tmp_path.name[-8:]
+    solver = make_solver(GATED_SOLVER)
+    stack.worker(f"{busy_type},{waiting_type}", "node-a", WORKER_CORES="1")
+    busy = stack.api.submit(**gated_spec(solver, busy_type, tmp_path))
+    wait_until(running_on(stack, busy, "node-a"), what="the busy job to run")
+    waiting = stack.api.submit(**gated_spec(solver, waiting_type, tmp_path))
+    client = await Client.connect(temporal.address)
+
+    async def held_past_two_timeouts() -> bool:
+        desc = await client.get_workflow_handle(waiting).describe()
+        pending = desc.raw_description.pending_activities
+        if not pending:
+            return False
+        assert [p.activity_id for p in pending] == ["attempt-1"], pending
+        [attempt] = pending
+        if attempt.state != PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+            return False
+        started = attempt.last_started_time.ToMilliseconds()
+        return bool(attempt.last_heartbeat_time.ToMilliseconds() - started > 4000)
+
+    await wait_async(held_past_two_timeouts, timeout=20)
+    assert stack.api.job(waiting)["status"] == "pending"
+    (tmp_path / "release").touch()
+
+    job = stack.api.wait_status(waiting, "completed", "quarantined")
+    assert job["status"] == "completed"
+    assert job["attempts"] == 1
+    assert job["fail_history"] == []
+    assert stack.api.wait_status(busy, "completed")["attempts"] == 1
