@@ -40,7 +40,7 @@ from workflows.models import (
     events_memo,
     priority_key,
 )
-from workflows.registry import ADD_TYPE_SIGNAL, REGISTRY_WORKFLOW_ID, TYPES_MEMO
+from workflows.registry import ADD_TYPE_SIGNAL, TYPES_MEMO, registry_workflow_id
 from workflows.urlpolicy import literal_ip, private_address, url_shape_problem
 
 QUERY_TIMEOUT = timedelta(seconds=10)
@@ -130,7 +130,9 @@ class JobService:
         if time.monotonic() - cached_at < KNOWN_TYPES_TTL_S:
             return types
         try:
-            desc = await self._client.get_workflow_handle(REGISTRY_WORKFLOW_ID).describe()
+            desc = await self._client.get_workflow_handle(
+                registry_workflow_id(self._temporal.task_queue)
+            ).describe()
             memo = await desc.memo()
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
@@ -147,7 +149,7 @@ class JobService:
         await self._client.start_workflow(
             "JobTypeRegistry",
             [],
-            id=REGISTRY_WORKFLOW_ID,
+            id=registry_workflow_id(self._temporal.task_queue),
             task_queue=self._temporal.task_queue,
             start_signal=ADD_TYPE_SIGNAL,
             start_signal_args=[job_type],

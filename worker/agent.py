@@ -20,7 +20,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from temporalio.exceptions import ApplicationError
 
-from activities.attempt import split_command, solver_outcome
+from activities.attempt import solver_outcome, split_command
 from activities.runner import run_solver
 from activities.solver_cache import FetchLimits, SolverCache
 from worker.settings import SolverSettings, _default_node_id, _json_or_csv

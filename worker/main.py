@@ -21,7 +21,7 @@ from api.workers import SEEN_EVERY_S, register_worker
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.job import JobWorkflow
 from workflows.models import WorkerInfo
-from workflows.registry import REGISTRY_WORKFLOW_ID, TYPES_MEMO, JobTypeRegistry
+from workflows.registry import TYPES_MEMO, JobTypeRegistry, registry_workflow_id
 from workflows.workers import SEEN_SIGNAL, WorkerRecordWorkflow, worker_workflow_id
 
 log = logging.getLogger("jobforge.worker")
@@ -46,9 +46,9 @@ def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
     )
 
 
-async def known_job_types(client: Client) -> list[str]:
+async def known_job_types(client: Client, task_queue: str) -> list[str]:
     """Every job type ever submitted, from the registry workflow's memo."""
-    handle = client.get_workflow_handle(REGISTRY_WORKFLOW_ID)
+    handle = client.get_workflow_handle(registry_workflow_id(task_queue))
     try:
         desc = await handle.describe()
     except RPCError:
@@ -104,6 +104,8 @@ class NativeWorker:
             max_concurrent_activities=self._settings.cores,
             max_concurrent_activity_task_polls=1,
             graceful_shutdown_timeout=timedelta(seconds=self._settings.shutdown_grace_s),
+            # Heartbeats reach Temporal at least every 10 s, and so do cancellations.
+            max_heartbeat_throttle_interval=timedelta(seconds=10),
             identity=self._settings.node_id,
         )
         self._add(job_type, worker)
@@ -173,7 +175,7 @@ class NativeWorker:
         """Follow the type registry so types first submitted later are served too."""
         while not stop.is_set():
             try:
-                for job_type in await known_job_types(self._client):
+                for job_type in await known_job_types(self._client, self._temporal.task_queue):
                     self.serve_type(job_type)
             except Exception:  # a registry hiccup must not stop the worker
                 log.exception("reading the job type registry failed")

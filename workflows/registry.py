@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-REGISTRY_WORKFLOW_ID = "jobforge-job-types"
+
+def registry_workflow_id(task_queue: str) -> str:
+    """The registry of the jobforge deployment whose JobWorkflows run on `task_queue`
+    (the registry runs there too, so it lives and dies with that deployment)."""
+    return f"jobforge-job-types@{task_queue}"
+
+
+REGISTRY_WORKFLOW_ID = registry_workflow_id("jobforge")
 ADD_TYPE_SIGNAL = "add_type"
 TYPES_MEMO = "types"
 
