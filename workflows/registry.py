@@ -12,7 +12,7 @@ from temporalio import workflow
 def registry_workflow_id(task_queue: str) -> str:
     """The registry of the jobforge deployment whose JobWorkflows run on `task_queue`
     (the registry runs there too, so it lives and dies with that deployment)."""
-    return f"jobforge-job-types@{task_queue}"
+    return f"jobforge-job-types-{task_queue}"
 
 
 REGISTRY_WORKFLOW_ID = registry_workflow_id("jobforge")
