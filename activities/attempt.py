@@ -10,7 +10,7 @@ import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import JsonValue
 from temporalio import activity
@@ -25,6 +25,10 @@ from workflows.job import REPORT_SIGNAL, RUN_JOB_ACTIVITY
 from workflows.models import AttemptInput, AttemptReport, AttemptResult, ErrorType
 
 HEARTBEAT_EVERY_S = 10.0
+# A solver still running after this long is reported `running` right away; a faster
+# one is recorded running when its result arrives (one signal and one workflow task
+# fewer per short job).
+RUNNING_REPORT_DELAY_S = 0.5
 
 log = logging.getLogger("jobforge.worker")
 
@@ -80,6 +84,39 @@ def solver_outcome(run: SolverRun, worker_id: str, max_output_bytes: int) -> Att
     return AttemptResult(worker_id=worker_id, result=result, result_hash=result_hash, log_tail=tail)
 
 
+class DelayedReport:
+    """Send a report after a delay, unless settled first; settle says if it was sent."""
+
+    def __init__(self, send: Callable[[], Awaitable[None]], delay_s: float) -> None:
+        self._send = send
+        self._delay_s = delay_s
+        self._task: asyncio.Task[None] | None = None
+        self._sending = False
+
+    def arm(self) -> None:
+        """Start the countdown."""
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        await asyncio.sleep(self._delay_s)
+        self._sending = True
+        await self._send()
+
+    async def settle(self) -> bool:
+        """Cancel a report still waiting; wait for one under way. True if it went out."""
+        if self._task is None:
+            return False
+        if not self._sending:
+            self._task.cancel()
+            return False
+        # The workflow must see `running` before the result, for an exact history.
+        try:
+            await self._task
+        except RPCError:
+            return False  # not delivered: the result carries the times instead
+        return True
+
+
 class JobActivities:
     """Activities bound to one worker process's client, cache and settings."""
 
@@ -99,9 +136,10 @@ class JobActivities:
         try:
             slots = self._config.slots
             if slots is None:
-                return await self._attempt(inp)
+                return await self._attempt(inp, waited=False)
+            waited = slots.locked()
             async with slots:
-                return await self._attempt(inp)
+                return await self._attempt(inp, waited=waited)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
                 raise ApplicationError(
@@ -111,61 +149,78 @@ class JobActivities:
         finally:
             beat.cancel()
 
-    async def _attempt(self, inp: AttemptInput) -> AttemptResult:
+    async def _attempt(self, inp: AttemptInput, waited: bool) -> AttemptResult:
         info = activity.info()
         worker_id = self._config.worker_id
         claimed_at = now_ms()
         handle = self._client.get_workflow_handle(inp.job_id)
-        reported_claim = False
+        downloaded = False
 
-        async def report(phase: str, started_at: int | None = None) -> None:
-            nonlocal reported_claim
-            reported_claim = True
+        async def report(phase: Literal["assigned", "running"], started_at: int | None) -> None:
             report = AttemptReport(
                 attempt=inp.attempt,
                 worker_id=worker_id,
-                phase="running" if phase == "running" else "assigned",
+                phase=phase,
                 claimed_at=claimed_at,
                 started_at=started_at,
             )
             await handle.signal(REPORT_SIGNAL, report)
 
-        reporting: asyncio.Task[None] | None = None
+        async def on_download() -> None:
+            nonlocal downloaded
+            downloaded = True
+            await report("assigned", None)
+
+        argv = await self._solver_argv(inp, on_download=on_download)
+        # A cancel while the attempt waited for a slot or a download reaches this worker
+        # only with a heartbeat response; ask once, so a cancelled job's solver never
+        # runs. An attempt that started at once needs no such look (one RPC saved).
+        if (waited or downloaded) and not await attempt_still_wanted(handle, info.activity_id):
+            raise ApplicationError(
+                "the attempt was cancelled before its solver started",
+                type=ErrorType.CANCELLED,
+                non_retryable=True,
+            )
+        started_at = 0
+        running = DelayedReport(lambda: report("running", started_at), RUNNING_REPORT_DELAY_S)
+
+        async def on_start() -> None:
+            nonlocal started_at
+            started_at = now_ms()
+            running.arm()
+
         try:
-            argv = await self._solver_argv(inp, on_download=lambda: report("assigned"))
-            # A cancel while the attempt waited or downloaded reaches this worker only
-            # with a heartbeat response; ask once, so a cancelled job's solver never runs.
-            if not await attempt_still_wanted(handle, info.activity_id):
-                raise ApplicationError(
-                    "the attempt was cancelled before its solver started",
-                    type=ErrorType.CANCELLED,
-                    non_retryable=True,
-                )
-
-            async def on_start() -> None:
-                nonlocal reporting
-                reporting = asyncio.create_task(report("running", now_ms()))
-
-            try:
-                run = await run_solver(
-                    [*argv, "--params", json.dumps(inp.params, separators=(",", ":"))],
-                    max_runtime_s=inp.max_runtime_ms / 1000,
-                    max_output_bytes=self._config.max_output_bytes,
-                    log_tail_bytes=self._config.log_tail_bytes,
-                    on_start=on_start,
-                )
-            except OSError as err:
-                raise ApplicationError(
-                    f"cannot start solver {argv[0]}: {err.strerror}",
-                    type=ErrorType.SOLVER_START_FAILED,
-                ) from err
-            if reporting is not None:
-                # The workflow must see `running` before the result, for an exact history.
-                await reporting
-            return solver_outcome(run, worker_id, self._config.max_output_bytes)
+            run = await run_solver(
+                [*argv, "--params", json.dumps(inp.params, separators=(",", ":"))],
+                max_runtime_s=inp.max_runtime_ms / 1000,
+                max_output_bytes=self._config.max_output_bytes,
+                log_tail_bytes=self._config.log_tail_bytes,
+                on_start=on_start,
+            )
+        except OSError as err:
+            raise ApplicationError(
+                f"cannot start solver {argv[0]}: {err.strerror}",
+                type=ErrorType.SOLVER_START_FAILED,
+            ) from err
         finally:
-            if reporting is not None and not reporting.done():
-                reporting.cancel()
+            # A solver that finished within the delay never sends `running`: the result
+            # carries its claim and start times and the workflow records both then.
+            sent = await running.settle()
+        times = {"claimed_at": claimed_at, "started_at": started_at}
+        try:
+            outcome = solver_outcome(run, worker_id, self._config.max_output_bytes)
+        except ApplicationError as err:
+            if sent:
+                raise
+            # The solver ran: the failure carries the times, so `running` is recorded.
+            raise ApplicationError(
+                err.message,
+                err.details[0] if err.details else None,
+                times,
+                type=err.type,
+                non_retryable=err.non_retryable,
+            ) from None
+        return outcome if sent else outcome.model_copy(update=times)
 
     async def _solver_argv(
         self, inp: AttemptInput, on_download: Callable[[], Awaitable[None]]

@@ -66,6 +66,7 @@ class JobWorkflow:
         self._claimed_attempt = 0
         self._handle: workflow.ActivityHandle[AttemptResult] | None = None
         self._cancelled = False
+        self._unpublished = False
         self._job = Job(
             id=inp.id,
             type=spec.type,
@@ -117,12 +118,17 @@ class JobWorkflow:
                 if is_cancelled_exception(err):
                     # A workflow cancel request (Temporal UI, CLI): an operator's cancel.
                     self._mark_cancelled()
+                    self._publish()
                     raise
-                self._fail_attempt(attempt, err)
+                try:
+                    self._fail_attempt(attempt, err)
+                finally:
+                    self._publish()
                 continue
             finally:
                 self._handle = None
             self._complete(outcome)
+            self._publish()
             return job
         # Cancelled through the update: the API follows it with a workflow cancel
         # request, which ends this wait and shows the execution as Canceled.
@@ -145,7 +151,8 @@ class JobWorkflow:
         if report.phase == "running" and job.status == JobStatus.ASSIGNED:
             started = report.started_at or report.claimed_at
             job.heartbeat_at = started
-            self._transition(JobStatus.RUNNING, ts=started)
+            self._transition(JobStatus.RUNNING)
+        self._publish()
 
     @workflow.update(name=CLAIM_UPDATE)
     def claim(self, report: AttemptReport) -> Job:
@@ -170,6 +177,7 @@ class JobWorkflow:
         """Cancel a pending or assigned job: failed with fail_reason `cancelled`."""
         if not self._cancelled:
             self._mark_cancelled()
+            self._publish()
             if self._handle is not None:
                 self._handle.cancel()
         return self._job
@@ -195,16 +203,17 @@ class JobWorkflow:
         job.worker_id = worker_id
         job.claimed_at = ts
         job.heartbeat_at = ts
-        self._transition(JobStatus.ASSIGNED, ts=ts)
+        self._transition(JobStatus.ASSIGNED)
 
     def _complete(self, outcome: AttemptResult) -> None:
         job = self._job
         now = _now_ms()
         if self._claimed_attempt != self._attempt:
-            self._claim(self._attempt, outcome.worker_id, now)
+            self._claim(self._attempt, outcome.worker_id, outcome.claimed_at or now)
         if job.status == JobStatus.ASSIGNED:
-            # A result without a report of the start (a fast HTTP agent): the solver ran.
-            self._transition(JobStatus.RUNNING, ts=now)
+            # A result with no report of the start before it (a short job): it ran.
+            job.heartbeat_at = outcome.started_at or now
+            self._transition(JobStatus.RUNNING)
         job.worker_id = outcome.worker_id
         job.result = outcome.result
         job.result_hash = outcome.result_hash
@@ -212,7 +221,7 @@ class JobWorkflow:
         job.log_tail = outcome.log_tail
         job.fail_reason = None
         job.completed_at = now
-        self._transition(JobStatus.COMPLETED, ts=now)
+        self._transition(JobStatus.COMPLETED)
 
     def _fail_attempt(self, attempt: int, err: ActivityError) -> None:
         job = self._job
@@ -221,22 +230,23 @@ class JobWorkflow:
             # died holding it): not an attempt; the next loop schedules a fresh one.
             return
         reason, final = _classify(err)
-        worker_id = job.worker_id if self._claimed_attempt == attempt else None
-        if self._claimed_attempt != attempt:
-            # The activity started without its report reaching us (a worker that died
-            # at once): the claim still counts.
-            self._claim(attempt, err.identity or None, _now_ms())
-            worker_id = job.worker_id
+        tail, times = _failure_details(err)
         now = _now_ms()
+        if self._claimed_attempt != attempt:
+            # The activity started with no report reaching us (a short attempt, or a
+            # worker that died at once): the claim still counts.
+            self._claim(attempt, err.identity or None, times.get("claimed_at") or now)
+        if job.status == JobStatus.ASSIGNED and times.get("started_at"):
+            job.heartbeat_at = times["started_at"]
+            self._transition(JobStatus.RUNNING)
         job.fail_reason = reason
-        job.fail_history.append(FailRecord(reason=reason, worker_id=worker_id, ts=now))
-        if isinstance(err.cause, ApplicationError) and err.cause.details:
-            tail = err.cause.details[-1]
-            job.log_tail = tail if isinstance(tail, str) else job.log_tail
-        self._transition(JobStatus.FAILED, ts=now, reason=reason)
+        job.fail_history.append(FailRecord(reason=reason, worker_id=job.worker_id, ts=now))
+        if tail is not None:
+            job.log_tail = tail
+        self._transition(JobStatus.FAILED, reason=reason)
         if final or job.attempts >= job.max_attempts:
             job.completed_at = now
-            self._transition(JobStatus.QUARANTINED, ts=now, reason=reason)
+            self._transition(JobStatus.QUARANTINED, reason=reason)
             raise ApplicationError(
                 f"quarantined after {job.attempts} attempt(s): {reason}",
                 job,
@@ -246,7 +256,7 @@ class JobWorkflow:
         job.worker_id = None
         job.claimed_at = None
         job.heartbeat_at = None
-        self._transition(JobStatus.PENDING, ts=now)
+        self._transition(JobStatus.PENDING)
 
     def _mark_cancelled(self) -> None:
         job = self._job
@@ -254,16 +264,12 @@ class JobWorkflow:
         now = _now_ms()
         job.fail_reason = ErrorType.CANCELLED.value
         job.completed_at = now
-        self._transition(JobStatus.FAILED, ts=now, reason=ErrorType.CANCELLED.value)
+        self._transition(JobStatus.FAILED, reason=ErrorType.CANCELLED.value)
 
-    def _transition(self, status: JobStatus, *, ts: int, reason: str | None = None) -> None:
-        """Record a status change; `ts` is when it happened, as its reporter saw it.
-
-        The transition itself is stamped with workflow time, the clock the search
-        attribute `JobforgeUpdatedAt` uses, so the event stream can order and resume
-        by it; the reporter's time lands in claimed_at/heartbeat_at/completed_at.
-        """
-        del ts
+    def _transition(self, status: JobStatus, reason: str | None = None) -> None:
+        """Record a status change, stamped with workflow time: the clock of the search
+        attribute `JobforgeUpdatedAt`, so the event stream can order and resume by it.
+        A reporter's own times land in claimed_at/heartbeat_at/completed_at."""
         job = self._job
         job.status = status
         job.transitions.append(
@@ -277,14 +283,32 @@ class JobWorkflow:
                 reason=reason,
             )
         )
+        self._unpublished = True
+
+    def _publish(self) -> None:
+        """Mirror the job into search attributes and memo, once per workflow task
+        (each upsert is a history event, and the job path is what throughput costs)."""
+        if not self._unpublished:
+            return
+        self._unpublished = False
+        job = self._job
         workflow.upsert_search_attributes(
             [
-                attributes.STATUS.value_set(status.value),
+                attributes.STATUS.value_set(job.status.value),
                 attributes.WORKER.value_set(job.worker_id or ""),
                 attributes.UPDATED_AT.value_set(workflow.now()),
             ]
         )
         workflow.upsert_memo({EVENTS_MEMO: events_memo(job)})
+
+
+def _failure_details(err: ActivityError) -> tuple[str | None, dict[str, int]]:
+    """A failed attempt's stderr tail and, for a short one, its claim and start times."""
+    details = err.cause.details if isinstance(err.cause, ApplicationError) else ()
+    tail = details[0] if details and isinstance(details[0], str) else None
+    raw = details[1] if len(details) > 1 and isinstance(details[1], dict) else {}
+    times = {k: int(v) for k, v in raw.items() if isinstance(v, int) and v > 0}
+    return tail, times
 
 
 def _unclaimed_handback(err: ActivityError) -> bool:

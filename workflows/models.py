@@ -208,6 +208,9 @@ class AttemptResult(BaseModel):
     result_hash: str
     log_tail: str | None = None
     result_key: str | None = None
+    # Set when no report reached the workflow before the result (a short job).
+    claimed_at: int | None = None
+    started_at: int | None = None
 
 
 class WorkerInfo(BaseModel):
