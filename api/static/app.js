@@ -1,0 +1,739 @@
+// jobforge dashboard: plain JS, no build step. One page of jobs at a time, kept live
+// from the server-sent event stream; counts and page 1 are re-read (throttled) after events.
+"use strict";
+
+const STATUSES = ["pending", "assigned", "running", "completed", "failed", "quarantined"];
+const EVENT_NAMES = [
+  "job:created", "job:assigned", "job:running", "job:completed",
+  "job:failed", "job:pending", "job:quarantined", "job:cancelled",
+];
+const CANCELLABLE = new Set(["pending", "assigned"]);
+const TYPE_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const TOKEN_KEY = "jobforge.token";
+// Rows per page: 50, or ?limit=N (1…200) in the page's address.
+const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get("limit")) || 50, 1), 200);
+const FLEET_EVERY_MS = 5000;
+const RESULT_PREVIEW_CHARS = 2000;
+const LATEST_KEEP = 5000;
+
+const state = {
+  config: null,
+  status: null, // status filter, or null for all
+  type: null, // type filter, or null
+  tokens: [null], // tokens[i]: page_token of page i (page 0 has none)
+  page: 0,
+  nextToken: null,
+  rows: new Map(), // job id → {job, tr} on screen
+  latest: new Map(), // job id → its latest event (bounded), laid over fetched rows
+  queued: [], // events waiting for the next flush
+  generation: 0, // bumped on each page load, so a stale answer is dropped
+  pageDirty: false, // page 1 membership changed locally: re-read it
+  selected: null,
+  detail: null,
+  cancelMessage: null, // {id, text, error}
+  stream: null,
+  timers: {},
+  running: false,
+};
+
+const $ = (selector) => document.querySelector(selector);
+
+// ---------------------------------------------------------------- helpers
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+function pad(n) {
+  return String(n).padStart(2, "0");
+}
+
+function formatTime(ms) {
+  if (!ms) return "—";
+  const d = new Date(ms);
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  if (d.toDateString() === new Date().toDateString()) return time;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
+}
+
+function formatDuration(ms) {
+  if (ms === null || ms === undefined || ms < 0) return "—";
+  if (ms < 1000) return `${ms} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+function ago(ms) {
+  if (!ms) return "never";
+  return `${formatDuration(Math.max(Date.now() - ms, 0))} ago`;
+}
+
+// A throttled debounce: runs `wait` ms after the last call, and at least every `maxWait`.
+function debounce(fn, wait, maxWait = Infinity) {
+  let timer = null;
+  let first = null;
+  const run = () => {
+    clearTimeout(timer);
+    timer = null;
+    first = null;
+    fn();
+  };
+  const call = () => {
+    const now = Date.now();
+    if (first === null) first = now;
+    clearTimeout(timer);
+    timer = setTimeout(run, Math.max(0, Math.min(wait, first + maxWait - now)));
+  };
+  call.cancel = () => {
+    clearTimeout(timer);
+    timer = null;
+    first = null;
+  };
+  return call;
+}
+
+function statusLabel(job) {
+  return job.status === "failed" && job.fail_reason === "cancelled" ? "cancelled" : job.status;
+}
+
+function badge(job) {
+  const label = statusLabel(job);
+  return h("span", { class: `badge s-${label}`, "data-status": label }, label);
+}
+
+function showError(text) {
+  const banner = $("#error-banner");
+  banner.textContent = text || "";
+  banner.hidden = !text;
+}
+
+// ---------------------------------------------------------------- API access
+
+class Unauthorized extends Error {}
+
+async function api(path, options = {}) {
+  const token = sessionStorage.getItem(TOKEN_KEY) || "";
+  const response = await fetch(path, {
+    ...options,
+    headers: { ...(options.headers || {}), Authorization: `Bearer ${token}` },
+  });
+  if (response.status === 401) {
+    signOut("That token was refused; enter it again.");
+    throw new Unauthorized();
+  }
+  return response;
+}
+
+async function errorText(response) {
+  try {
+    const body = await response.json();
+    return body.error || `HTTP ${response.status}`;
+  } catch {
+    return `HTTP ${response.status}`;
+  }
+}
+
+async function getJson(path) {
+  const response = await api(path);
+  if (!response.ok) throw new Error(await errorText(response));
+  return response.json();
+}
+
+// Runs an async step; a 401 is handled by api(), other failures go to the banner.
+async function guard(step) {
+  try {
+    await step();
+  } catch (err) {
+    if (!(err instanceof Unauthorized)) showError(err.message || String(err));
+  }
+}
+
+// ---------------------------------------------------------------- sign in / out
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  stop();
+  $("#app").hidden = true;
+  $("#job-detail").hidden = true;
+  $("#sign-out").hidden = true;
+  $("#login-form").hidden = false;
+  $("#login-error").textContent = message || "";
+  $("#token-input").value = "";
+  $("#token-input").focus();
+}
+
+function stop() {
+  state.running = false;
+  if (state.stream) state.stream.close();
+  state.stream = null;
+  for (const timer of Object.values(state.timers)) clearTimeout(timer);
+  state.timers = {};
+  refreshSoon.cancel();
+  setStreamState("off", "offline");
+}
+
+async function start() {
+  stop();
+  $("#login-form").hidden = true;
+  try {
+    state.config = await getJson("/api/config");
+  } catch (err) {
+    if (!(err instanceof Unauthorized)) {
+      $("#login-form").hidden = false;
+      $("#login-error").textContent = `Cannot reach the API: ${err.message}`;
+    }
+    return;
+  }
+  state.running = true;
+  $("#app").hidden = false;
+  $("#sign-out").hidden = false;
+  showError("");
+  renderChips();
+  await Promise.all([guard(loadCounts), guard(loadPage), guard(loadFleet)]);
+  openStream();
+  scheduleFleet();
+}
+
+// ---------------------------------------------------------------- counts and chips
+
+function renderChips() {
+  const chip = (status) =>
+    h(
+      "button",
+      {
+        class: "chip",
+        type: "button",
+        "data-status": status,
+        onclick: () => setStatusFilter(status === "all" || state.status === status ? null : status),
+      },
+      h("span", { class: `dot s-${status}` }),
+      status,
+      h("span", { class: "count", "data-count": status }, "…"),
+    );
+  $("#status-chips").replaceChildren(chip("all"), ...STATUSES.map(chip));
+  renderChipsPressed();
+}
+
+function renderChipsPressed() {
+  for (const chip of document.querySelectorAll("#status-chips .chip")) {
+    chip.setAttribute("aria-pressed", String((state.status || "all") === chip.dataset.status));
+  }
+}
+
+async function loadCounts() {
+  const type = state.type;
+  const params = new URLSearchParams();
+  if (type) params.set("type", type);
+  const counts = await getJson(`/api/jobs/counts?${params}`);
+  if (!state.running || type !== state.type) return;
+  const total = STATUSES.reduce((sum, s) => sum + (counts[s] || 0), 0);
+  for (const [status, count] of [["all", total], ...STATUSES.map((s) => [s, counts[s] || 0])]) {
+    $(`#status-chips [data-count="${status}"]`).textContent = count;
+  }
+}
+
+// Counts (and page 1, when its rows changed here) are re-read shortly after events.
+const refreshSoon = debounce(
+  () => {
+    guard(loadCounts);
+    if (state.pageDirty && state.page === 0) guard(loadPage);
+  },
+  500,
+  2000,
+);
+
+function setStatusFilter(status) {
+  state.status = status;
+  resetPages();
+  renderChipsPressed();
+  guard(loadPage);
+}
+
+const typeChanged = debounce(() => {
+  const input = $("#type-filter");
+  const value = input.value.trim();
+  if (value && !TYPE_RE.test(value)) {
+    input.setCustomValidity("not a job type");
+    input.reportValidity();
+    return;
+  }
+  input.setCustomValidity("");
+  if ((value || null) === state.type) return;
+  state.type = value || null;
+  resetPages();
+  guard(loadPage);
+  guard(loadCounts);
+}, 300);
+
+// ---------------------------------------------------------------- the jobs page
+
+function resetPages() {
+  state.tokens = [null];
+  state.page = 0;
+  state.nextToken = null;
+}
+
+function overlay(job) {
+  // A fetched row may be older than an event already seen for it.
+  const event = state.latest.get(job.id);
+  return event && event.ts > job.updated_at ? applyEvent({ ...job }, event) : job;
+}
+
+async function loadPage() {
+  const generation = ++state.generation;
+  state.pageDirty = false;
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (state.status) params.set("status", state.status);
+  if (state.type) params.set("type", state.type);
+  const token = state.tokens[state.page];
+  if (token) params.set("page_token", token);
+  const page = await getJson(`/api/jobs/page?${params}`);
+  if (generation !== state.generation || !state.running) return;
+  state.nextToken = page.next_page_token;
+  renderJobs(page.jobs.map(overlay).filter(matches));
+  renderPager();
+}
+
+async function turnPage(step) {
+  if (step < 0 && state.page === 0) return;
+  if (step > 0) {
+    if (!state.nextToken) return;
+    state.tokens[state.page + 1] = state.nextToken;
+  }
+  state.page += step;
+  $("#prev-page").disabled = true;
+  $("#next-page").disabled = true;
+  await guard(loadPage);
+  renderPager();
+}
+
+function renderPager() {
+  $("#prev-page").disabled = state.page === 0;
+  $("#next-page").disabled = !state.nextToken;
+  $("#page-info").textContent = `Page ${state.page + 1}`;
+}
+
+function renderJobs(jobs) {
+  state.rows.clear();
+  const body = $("#jobs-body");
+  body.replaceChildren(...jobs.map(makeRow));
+  // What is on screen, for tests and scripts to wait on.
+  body.dataset.filterStatus = state.status || "";
+  body.dataset.filterType = state.type || "";
+  body.dataset.page = String(state.page + 1);
+  updateEmpty();
+}
+
+function updateEmpty() {
+  $("#jobs-empty").hidden = state.rows.size > 0;
+}
+
+function makeRow(job) {
+  const cell = (field, cls) => h("td", { "data-field": field, class: cls });
+  const tr = h(
+    "tr",
+    { "data-job-id": job.id, tabindex: "0" },
+    cell("id", "mono"),
+    cell("type"),
+    cell("priority", "num"),
+    cell("status"),
+    cell("attempts", "num"),
+    cell("worker", "mono"),
+    cell("created"),
+    cell("updated"),
+    cell("reason", "reason"),
+  );
+  tr.addEventListener("click", () => selectJob(job.id));
+  tr.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") selectJob(job.id);
+  });
+  state.rows.set(job.id, { job, tr });
+  fillRow(tr, job);
+  return tr;
+}
+
+function fillRow(tr, job) {
+  const set = (field, value, title) => {
+    const td = tr.querySelector(`[data-field="${field}"]`);
+    if (value instanceof Node) td.replaceChildren(value);
+    else td.textContent = value;
+    td.title = title || "";
+  };
+  tr.dataset.status = job.status;
+  tr.classList.toggle("selected", job.id === state.selected);
+  set("id", job.id, job.id);
+  set("type", job.type);
+  set("priority", job.priority);
+  set("status", badge(job));
+  set("attempts", job.attempts);
+  set("worker", job.worker_id || "—");
+  set("created", formatTime(job.created_at), new Date(job.created_at).toISOString());
+  set("updated", formatTime(job.updated_at), new Date(job.updated_at).toISOString());
+  const reason = job.status !== "completed" && job.fail_reason ? job.fail_reason : "";
+  set("reason", reason, reason);
+}
+
+function matches(job) {
+  return (!state.status || job.status === state.status) && (!state.type || job.type === state.type);
+}
+
+function applyEvent(job, event) {
+  job.status = event.status;
+  job.attempts = event.attempts;
+  job.worker_id = event.worker_id;
+  job.updated_at = event.ts;
+  if (event.reason) job.fail_reason = event.reason;
+  return job;
+}
+
+function summaryOf(event) {
+  return applyEvent(
+    { id: event.id, type: event.type, priority: event.priority, created_at: event.created_at,
+      fail_reason: null },
+    event,
+  );
+}
+
+function remember(event) {
+  state.latest.delete(event.id);
+  state.latest.set(event.id, event);
+  if (state.latest.size > LATEST_KEEP) state.latest.delete(state.latest.keys().next().value);
+}
+
+// Rows on screen change in place. Jobs new to page 1 are gathered in `fresh` first,
+// so a burst of thousands of jobs builds at most one page of rows.
+function handleEvent(event, fresh) {
+  remember(event);
+  if (event.id === state.selected) detailSoon();
+  const shown = state.rows.get(event.id);
+  if (shown) {
+    if (event.ts < shown.job.updated_at) return;
+    applyEvent(shown.job, event);
+    if (matches(shown.job)) {
+      fillRow(shown.tr, shown.job);
+    } else {
+      shown.tr.remove();
+      state.rows.delete(event.id);
+      state.pageDirty = true;
+    }
+  } else if (fresh.has(event.id)) {
+    applyEvent(fresh.get(event.id), event);
+  } else if (state.page === 0 && (event.event === "job:created" || state.status)) {
+    fresh.set(event.id, summaryOf(event));
+  }
+}
+
+function flushEvents() {
+  state.timers.flush = null;
+  const events = state.queued;
+  state.queued = [];
+  const fresh = new Map();
+  for (const event of events) handleEvent(event, fresh);
+  // Newest on top now; the throttled re-read of page 1 then puts it in the API's order.
+  const added = [...fresh.values()].filter(matches).slice(-PAGE_SIZE).reverse();
+  if (added.length) {
+    const body = $("#jobs-body");
+    body.prepend(...added.map(makeRow));
+    while (state.rows.size > PAGE_SIZE) {
+      const last = body.lastElementChild;
+      state.rows.delete(last.dataset.jobId);
+      last.remove();
+    }
+    state.pageDirty = true;
+  }
+  updateEmpty();
+  refreshSoon();
+}
+
+// ---------------------------------------------------------------- the event stream
+
+function setStreamState(name, text) {
+  const el = $("#stream-status");
+  el.dataset.state = name;
+  el.textContent = text;
+}
+
+async function streamUrl() {
+  if (!state.config.events_require_token) return "/api/jobs/events";
+  const response = await api("/api/events/token", { method: "POST" });
+  if (!response.ok) throw new Error(await errorText(response));
+  const { token } = await response.json();
+  return `/api/jobs/events?token=${encodeURIComponent(token)}`;
+}
+
+async function openStream(reopened = false) {
+  if (!state.running) return;
+  let url;
+  try {
+    url = await streamUrl();
+  } catch (err) {
+    if (err instanceof Unauthorized) return;
+    setStreamState("down", "stream unavailable");
+    state.timers.stream = setTimeout(() => openStream(true), 3000);
+    return;
+  }
+  if (!state.running) return;
+  const source = new EventSource(url);
+  state.stream = source;
+  source.onopen = () => {
+    setStreamState("live", "live");
+    if (reopened) {
+      // A new connection starts at "now": re-read what may have been missed.
+      reopened = false;
+      guard(loadPage);
+      refreshSoon();
+    }
+  };
+  source.onerror = () => {
+    if (state.stream !== source) return;
+    if (source.readyState === EventSource.CLOSED) {
+      // Refused (an expired stream token, or the API went away): start over.
+      source.close();
+      state.stream = null;
+      setStreamState("down", "reconnecting…");
+      state.timers.stream = setTimeout(() => openStream(true), 2000);
+    } else {
+      setStreamState("down", "reconnecting…");
+    }
+  };
+  const receive = (message) => {
+    if (state.stream !== source) return;
+    state.queued.push(JSON.parse(message.data));
+    if (!state.timers.flush) state.timers.flush = setTimeout(flushEvents, 50);
+  };
+  for (const name of EVENT_NAMES) source.addEventListener(name, receive);
+}
+
+// ---------------------------------------------------------------- job detail
+
+const detailSoon = debounce(() => {
+  if (state.selected) guard(() => loadDetail(state.selected));
+}, 250, 1000);
+
+function selectJob(id) {
+  if (state.selected !== id) state.cancelMessage = null;
+  state.selected = id;
+  for (const { job, tr } of state.rows.values()) tr.classList.toggle("selected", job.id === id);
+  const panel = $("#job-detail");
+  panel.hidden = false;
+  if (!state.detail || state.detail.id !== id) {
+    panel.replaceChildren(detailHeader(id), h("p", { class: "muted" }, "Loading…"));
+  }
+  guard(() => loadDetail(id));
+}
+
+function closeDetail() {
+  state.selected = null;
+  state.detail = null;
+  $("#job-detail").hidden = true;
+  for (const { tr } of state.rows.values()) tr.classList.remove("selected");
+}
+
+async function loadDetail(id) {
+  const response = await api(`/api/jobs/${encodeURIComponent(id)}`);
+  if (state.selected !== id) return;
+  if (!response.ok) {
+    $("#job-detail").replaceChildren(
+      detailHeader(id),
+      h("p", { class: "error" }, await errorText(response)),
+    );
+    return;
+  }
+  state.detail = await response.json();
+  if (state.selected === id) renderDetail(state.detail);
+  // The detail is authoritative: bring the row up to date too.
+  const shown = state.rows.get(id);
+  if (shown && state.detail.transitions.length) {
+    const last = state.detail.transitions[state.detail.transitions.length - 1];
+    if (last.ts >= shown.job.updated_at) {
+      Object.assign(shown.job, {
+        status: state.detail.status,
+        attempts: state.detail.attempts,
+        worker_id: state.detail.worker_id,
+        fail_reason: state.detail.fail_reason ?? shown.job.fail_reason,
+        updated_at: last.ts,
+      });
+      fillRow(shown.tr, shown.job);
+    }
+  }
+}
+
+function temporalUrl(id) {
+  const { temporal_ui_url: ui, namespace } = state.config;
+  return `${ui}/namespaces/${encodeURIComponent(namespace)}/workflows/${encodeURIComponent(id)}`;
+}
+
+function detailHeader(id) {
+  return h(
+    "header",
+    { class: "detail-head" },
+    h("h2", {}, "Job ", h("code", { id: "detail-id" }, id)),
+    h("button", { id: "close-detail", class: "link", type: "button", onclick: closeDetail,
+                  "aria-label": "Close" }, "✕"),
+  );
+}
+
+function definitionList(pairs) {
+  return h("dl", {}, pairs.map(([term, value, id]) => [h("dt", {}, term), h("dd", { id }, value)]));
+}
+
+function pre(text, id) {
+  return h("pre", { id }, text);
+}
+
+function resultPreview(job) {
+  if (job.result === null || job.result === undefined) return pre("—", "detail-result");
+  const text = JSON.stringify(job.result, null, 2);
+  if (text.length <= RESULT_PREVIEW_CHARS) return pre(text, "detail-result");
+  const more = text.length - RESULT_PREVIEW_CHARS;
+  return pre(`${text.slice(0, RESULT_PREVIEW_CHARS)}\n… (${more} more characters)`, "detail-result");
+}
+
+function table(id, headings, rows) {
+  if (!rows.length) return h("p", { id, class: "muted" }, "None.");
+  return h(
+    "table",
+    { id, class: "mini" },
+    h("thead", {}, h("tr", {}, headings.map((t) => h("th", {}, t)))),
+    h("tbody", {}, rows.map((cells) => h("tr", {}, cells.map((c) => h("td", {}, c))))),
+  );
+}
+
+function renderDetail(job) {
+  const message = state.cancelMessage && state.cancelMessage.id === job.id ? state.cancelMessage : null;
+  const actions = h(
+    "div",
+    { class: "actions" },
+    badge(job),
+    h("a", { id: "temporal-link", href: temporalUrl(job.id), target: "_blank", rel: "noopener" },
+      "Open in Temporal UI ↗"),
+    CANCELLABLE.has(job.status) &&
+      h("button", { id: "cancel-button", class: "danger", type: "button",
+                    onclick: () => cancelJob(job.id) }, "Cancel job"),
+    message && h("span", { id: "cancel-message", class: message.error ? "error" : "ok" },
+                 message.text),
+  );
+  const waited = job.claimed_at ? job.claimed_at - job.created_at : null;
+  const ran = job.claimed_at && job.completed_at ? job.completed_at - job.claimed_at : null;
+  const parts = [
+    detailHeader(job.id),
+    actions,
+    definitionList([
+      ["Type", job.type],
+      ["Priority", job.priority],
+      ["Attempts", `${job.attempts} / ${job.max_attempts}`, "detail-attempts"],
+      ["Worker", job.worker_id || "—"],
+      ["Fail reason", job.fail_reason || "—"],
+      ["Solver", job.solver_url || "registered for the type"],
+      ["Max runtime", formatDuration(job.max_runtime_ms)],
+    ]),
+    h("h3", {}, "Timings"),
+    definitionList([
+      ["Created", formatTime(job.created_at)],
+      ["Last claimed", formatTime(job.claimed_at)],
+      ["Last heartbeat", formatTime(job.heartbeat_at)],
+      ["Completed", formatTime(job.completed_at)],
+      ["Created → claimed", formatDuration(waited)],
+      ["Claimed → done", formatDuration(ran)],
+    ]),
+    h("h3", {}, "Params"),
+    pre(JSON.stringify(job.params, null, 2), "detail-params"),
+    h("h3", {}, "Result"),
+    resultPreview(job),
+    job.result_hash && h("p", { class: "muted mono small" }, `sha256 ${job.result_hash}`),
+    h("h3", {}, "Fail history"),
+    table("detail-failures", ["When", "Worker", "Reason"],
+      job.fail_history.map((f) => [formatTime(f.ts), f.worker_id || "—", f.reason])),
+    h("h3", {}, "Transitions"),
+    table("detail-transitions", ["#", "When", "Status", "Attempt", "Worker", "Reason"],
+      job.transitions.map((t) => [t.seq, formatTime(t.ts), t.status, t.attempt,
+                                  t.worker_id || "—", t.reason || ""])),
+    job.log_tail && h("h3", {}, "Log tail"),
+    job.log_tail && pre(job.log_tail, "detail-log"),
+  ];
+  $("#job-detail").replaceChildren(...parts.filter(Boolean));
+}
+
+async function cancelJob(id) {
+  const button = $("#cancel-button");
+  if (button) button.disabled = true;
+  await guard(async () => {
+    const response = await api(`/api/jobs/${encodeURIComponent(id)}`, { method: "DELETE" });
+    if (response.status === 204) {
+      state.cancelMessage = { id, text: "Cancelled.", error: false };
+    } else {
+      state.cancelMessage = { id, text: `Not cancelled: ${await errorText(response)}`, error: true };
+    }
+    if (state.detail && state.detail.id === id && state.selected === id) renderDetail(state.detail);
+    await loadDetail(id);
+  });
+  refreshSoon();
+}
+
+// ---------------------------------------------------------------- fleet
+
+async function loadFleet() {
+  const workers = await getJson("/api/workers");
+  if (!state.running) return;
+  const alive = workers.filter((w) => w.alive).length;
+  $("#fleet-summary").textContent = `${alive} of ${workers.length} alive`;
+  $("#fleet-list").replaceChildren(
+    ...workers.map((w) =>
+      h(
+        "li",
+        { class: "worker", "data-worker-id": w.worker_id, "data-alive": String(w.alive) },
+        h("span", { class: `dot ${w.alive ? "alive" : "dead"}`, title: w.alive ? "alive" : "dead" }),
+        h("span", { class: "name", title: w.worker_id }, w.name || w.worker_id),
+        h("span", { class: "chip small active-jobs", "data-count": w.active_jobs },
+          `${w.active_jobs} active`),
+        h("span", { class: "muted small" },
+          `${w.kind} · ${w.cores} cores · ${w.ram_gb} GB · heartbeat ${ago(w.last_heartbeat)}`),
+        w.tags.length > 0 && h("span", { class: "tags" }, w.tags.map((t) => h("code", {}, t))),
+      ),
+    ),
+  );
+  if (!workers.length) $("#fleet-list").append(h("li", { class: "muted" }, "No workers registered."));
+}
+
+function scheduleFleet() {
+  state.timers.fleet = setTimeout(async () => {
+    if (!document.hidden) await guard(loadFleet);
+    if (state.running) scheduleFleet();
+  }, FLEET_EVERY_MS);
+}
+
+// ---------------------------------------------------------------- wiring
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const token = $("#token-input").value.trim();
+    if (!token) return;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("#login-error").textContent = "";
+    start();
+  });
+  $("#sign-out").addEventListener("click", () => signOut(""));
+  $("#type-filter").addEventListener("input", typeChanged);
+  $("#prev-page").addEventListener("click", () => turnPage(-1));
+  $("#next-page").addEventListener("click", () => turnPage(1));
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && state.selected) closeDetail();
+  });
+  if (sessionStorage.getItem(TOKEN_KEY)) start();
+  else signOut("");
+});

@@ -1,0 +1,198 @@
+"""Screenshots of the dashboard: a fresh dev stack, jobs in every state, headless Chromium.
+
+Writes docs/dashboard.png and docs/dashboard-detail.png (a job's detail panel open):
+
+    .venv/bin/python bench/dashboard_screenshot.py [--out docs/dashboard.png]
+
+Needs /usr/bin/chromium (Debian's) and the `playwright` package; downloads nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+import httpx
+from playwright.sync_api import expect, sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from worker.devserver import DevServer, free_port, wait_for_port  # noqa: E402
+
+SECRET = "screenshot-secret"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# A registered agent that never heartbeats shows as dead after this long.
+ALIVE_WINDOW_S = 20
+SOLVERS = {
+    "quick": 'import json, sys, time\ntime.sleep(0.3)\nprint(json.dumps({"ok": True, '
+    '"params": json.loads(sys.argv[2]), "score": 0.93}))\n',
+    "slow": "import time\ntime.sleep(600)\n",
+    "broken": 'import sys\nprint("solver: matrix is singular", file=sys.stderr)\nsys.exit(2)\n',
+}
+
+
+def wait(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+    """Poll until truthy."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "dashboard.png")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="jf-shot-"))
+    server = DevServer(work / "temporal", port=free_port(), ui_port=None)
+    server.start()
+    procs: list[subprocess.Popen[bytes]] = []
+    env = dict(
+        os.environ,
+        TEMPORAL_ADDRESS=server.address,
+        TEMPORAL_UI_URL="http://127.0.0.1:8233",
+        FORGE_INGEST_SECRET=SECRET,
+        SOLVER_URL_SCHEMES="file",
+        SOLVER_ALLOW_PRIVATE_NETWORKS="true",
+        WORKER_TYPE_POLL_MS="100",
+        JOB_HEARTBEAT_TIMEOUT_S=str(ALIVE_WINDOW_S),
+        SOLVER_CACHE_DIR=str(work / "cache"),
+    )
+
+    def spawn(argv: list[str], **extra: str) -> subprocess.Popen[bytes]:
+        log = (work / f"{argv[0]}-{len(procs)}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", *argv],
+            env={**env, **extra},
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        return proc
+
+    try:
+        port = free_port()
+        wait_for_port(port, 30, spawn(["api", "--port", str(port)]))
+        url = f"http://127.0.0.1:{port}"
+        http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=30)
+        spawn(["worker"], NODE_ID="node-a.lab", WORKER_CORES="2", WORKER_TAGS="cpu,avx2")
+        http.post(
+            "/api/workers/register",
+            json={
+                "worker_id": "gpu-box-7",
+                "name": "gpu-box-7",
+                "cores": 32,
+                "ram_gb": 128,
+                "tags": ["gpu", "cuda"],
+                "kind": "agent",
+            },
+        ).raise_for_status()
+        registered_at = time.monotonic()
+
+        solvers = {}
+        for name, body in SOLVERS.items():
+            path = work / f"{name}.py"
+            path.write_text(f"#!{sys.executable}\n{body}")
+            path.chmod(0o755)
+            solvers[name] = {
+                "solver_url": path.as_uri(),
+                "solver_checksum": sha256(path.read_bytes()).hexdigest(),
+            }
+
+        def submit(job_type: str, solver: str, **spec: Any) -> str:
+            response = http.post("/api/jobs", json={"type": job_type, **solvers[solver], **spec})
+            response.raise_for_status()
+            job_id: str = response.json()["id"]
+            return job_id
+
+        def reach(job_id: str, *statuses: str) -> None:
+            def reached() -> bool:
+                return http.get(f"/api/jobs/{job_id}").json()["status"] in statuses
+
+            wait(reached, f"job {job_id} to be {'/'.join(statuses)}")
+
+        done = [
+            submit(t, "quick", params={"frame": i}, priority=p)
+            for i, (t, p) in enumerate(
+                [("render", 0), ("solve", 5), ("ingest", 0), ("render", 0), ("solve", 0)]
+            )
+        ]
+        broken = submit("solve", "broken", params={"matrix": "m-17"}, max_attempts=2)
+        for job_id in [*done, broken]:
+            reach(job_id, "completed", "quarantined")
+        slow = [submit("render", "slow", params={"scene": s}) for s in ("forest", "city")]
+        for job_id in slow:
+            reach(job_id, "running")
+        queued = [submit(t, "quick", params={"batch": i}) for i, t in enumerate(["ingest"] * 3)]
+        http.delete(f"/api/jobs/{queued[0]}").raise_for_status()
+        reach(queued[0], "failed")
+        time.sleep(max(0.0, ALIVE_WINDOW_S + 1 - (time.monotonic() - registered_at)))
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS
+            )
+            page = browser.new_page(viewport={"width": 1440, "height": 620})
+            page.goto(url)
+            page.locator("#token-input").fill(SECRET)
+            page.locator("#login-button").click()
+            expect(page.locator("#jobs-body tr")).to_have_count(len(done) + 1 + 2 + 3)
+            expect(page.locator('#fleet-list .worker[data-alive="false"]')).to_have_count(1)
+            expect(page.locator("#stream-status")).to_have_text("live")
+            page.locator(f'#jobs-body tr[data-job-id="{done[1]}"]').hover()
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(args.out), full_page=True)
+            detail = args.out.with_name(f"{args.out.stem}-detail{args.out.suffix}")
+            page.locator(f'#jobs-body tr[data-job-id="{broken}"]').click()
+            expect(page.locator("#detail-failures tbody tr")).to_have_count(2)
+            page.screenshot(path=str(detail))
+            browser.close()
+        print(f"wrote {args.out} and {detail}")
+        print(
+            json.dumps(
+                {
+                    "completed": done,
+                    "quarantined": broken,
+                    "running": slow,
+                    "pending": queued[1:],
+                    "cancelled": queued[0],
+                }
+            )
+        )
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

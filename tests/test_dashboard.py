@@ -1,0 +1,259 @@
+"""The dashboard in a real (headless) Chromium against real API and worker processes."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
+
+from tests.conftest import SECRET, Api, Solver
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+LIVE_TIMEOUT_MS = 45_000
+# Default for actions and expect(); generous, as CI machines may be busy.
+TIMEOUT_MS = 20_000
+
+pytestmark = [
+    pytest.mark.usefixtures("session_worker"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Debian Chromium, driven by Playwright (no downloaded browser)."""
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context (so a fresh sessionStorage) per test."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def sign_in(page: Page, api: Api, *, job_type: str | None = None, query: str = "") -> None:
+    """Open the dashboard, enter the token, wait for counts; optionally filter by type."""
+    page.goto(f"{api.url}/{query}")
+    page.locator("#token-input").fill(SECRET)
+    page.locator("#login-button").click()
+    expect(page.locator("#login-form")).to_be_hidden()
+    expect(page.locator('#status-chips [data-count="completed"]')).to_have_text(
+        re.compile(r"^\d+$")
+    )
+    if job_type is not None:
+        page.locator("#type-filter").fill(job_type)
+        expect(page.locator("#jobs-body")).to_have_attribute("data-filter-type", job_type)
+
+
+def row(page: Page, job_id: str) -> Locator:
+    """The jobs table row of a job."""
+    return page.locator(f'#jobs-body tr[data-job-id="{job_id}"]')
+
+
+def test_a_wrong_token_is_refused_and_asked_for_again(page: Page, api: Api) -> None:
+    page.goto(api.url)
+    expect(page.locator("#login-form")).to_be_visible()
+    page.locator("#token-input").fill("not-the-secret")
+    page.locator("#login-button").click()
+    expect(page.locator("#login-error")).to_contain_text("refused")
+    expect(page.locator("#login-form")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('jobforge.token')") is None
+
+    sign_in(page, api)
+    assert page.evaluate("sessionStorage.getItem('jobforge.token')") == SECRET
+    page.reload()  # the token is kept for the session: no form this time
+    expect(page.locator("#login-form")).to_be_hidden()
+    expect(page.locator('#status-chips [data-count="all"]')).to_have_text(re.compile(r"^\d+$"))
+
+
+def test_jobs_appear_and_change_live_filter_by_status_and_link_to_temporal(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    sign_in(page, api, job_type=job_type)
+    expect(page.locator("#jobs-empty")).to_be_visible()
+    page.evaluate("window.notReloaded = true")
+
+    slow = make_solver('time.sleep(2)\nprint(json.dumps({"answer": 42}))\n')
+    broken = make_solver('print("no", file=sys.stderr)\nsys.exit(3)\n')
+    done_id = api.submit(**slow.spec(job_type, params={"n": 1}))
+    expect(row(page, done_id)).to_be_visible()
+    expect(row(page, done_id)).to_have_attribute("data-status", "running")
+    expect(row(page, done_id)).to_have_attribute(
+        "data-status", "completed", timeout=LIVE_TIMEOUT_MS
+    )
+    expect(row(page, done_id).locator('[data-field="attempts"]')).to_have_text("1")
+    expect(row(page, done_id).locator('[data-field="worker"]')).not_to_have_text("—")
+
+    failed_id = api.submit(**broken.spec(job_type, max_attempts=1))
+    expect(page.locator("#jobs-body tr").first).to_have_attribute("data-job-id", failed_id)
+    expect(row(page, failed_id)).to_have_attribute(
+        "data-status", "quarantined", timeout=LIVE_TIMEOUT_MS
+    )
+    assert page.evaluate("window.notReloaded") is True
+    expect(page.locator('#status-chips [data-count="completed"]')).to_have_text("1")
+    expect(page.locator('#status-chips [data-count="quarantined"]')).to_have_text("1")
+
+    # The completed chip shows only completed jobs; clicking it again shows all.
+    page.locator('#status-chips .chip[data-status="completed"]').click()
+    expect(row(page, failed_id)).to_have_count(0)
+    expect(page.locator("#jobs-body tr")).to_have_count(1)
+    expect(page.locator('#jobs-body tr[data-status="completed"]')).to_have_count(1)
+    expect(row(page, done_id)).to_be_visible()
+    page.locator('#status-chips .chip[data-status="completed"]').click()
+    expect(page.locator("#jobs-body tr")).to_have_count(2)
+
+    # The detail panel: attempts, result, the Temporal UI link; no cancel once done.
+    config = api.http.get("/api/config").json()
+    row(page, done_id).click()
+    expect(page.locator("#detail-id")).to_have_text(done_id)
+    expect(page.locator("#detail-attempts")).to_have_text("1 / 3")
+    expect(page.locator("#detail-result")).to_contain_text('"answer": 42')
+    expect(page.locator("#detail-transitions tbody tr")).to_have_count(4)
+    link = page.locator("#temporal-link")
+    assert link.get_attribute("href") == (
+        f"{config['temporal_ui_url']}/namespaces/default/workflows/{done_id}"
+    )
+    expect(page.locator("#cancel-button")).to_have_count(0)
+
+    row(page, failed_id).click()
+    expect(page.locator("#detail-id")).to_have_text(failed_id)
+    expect(page.locator("#detail-failures tbody tr")).to_have_count(1)
+
+
+def test_a_refused_cancel_shows_the_apis_409(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('print("{}")\n')
+    job_id = api.submit(**solver.spec(job_type))
+    api.wait_status(job_id, "completed")
+    sign_in(page, api, job_type=job_type)
+    expect(row(page, job_id)).to_have_attribute("data-status", "completed")
+
+    # A stale page: the detail still says pending, so the button is there.
+    def stale(route: Route) -> None:
+        if route.request.method != "GET":
+            route.continue_()
+            return
+        response = route.fetch()
+        route.fulfill(response=response, json={**response.json(), "status": "pending"})
+
+    page.route(f"**/api/jobs/{job_id}", stale)
+    row(page, job_id).click()
+    page.locator("#cancel-button").click()
+    expect(page.locator("#cancel-message")).to_contain_text("Not cancelled")
+    expect(page.locator("#cancel-message")).to_contain_text("completed")
+    assert api.job(job_id)["status"] == "completed"
+    page.unroute_all(behavior="ignoreErrors")
+
+
+def test_the_cancel_button_cancels_a_pending_job(
+    browser: Browser,
+    start_api: Callable[..., Api],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+) -> None:
+    # Nothing polls this API's activity queues, so its jobs stay pending.
+    lonely = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"dash-{uuid.uuid4().hex[:8]}-")
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    try:
+        sign_in(page, lonely, job_type=job_type)
+        job_id = lonely.submit(**make_solver('print("{}")\n').spec(job_type))
+        expect(row(page, job_id)).to_have_attribute("data-status", "pending")
+
+        row(page, job_id).click()
+        expect(page.locator("#detail-id")).to_have_text(job_id)
+        page.locator("#cancel-button").click()
+        expect(page.locator("#cancel-message")).to_have_text("Cancelled.")
+        expect(row(page, job_id)).to_have_attribute("data-status", "failed")
+        expect(row(page, job_id).locator('[data-field="status"]')).to_have_text("cancelled")
+        expect(page.locator("#cancel-button")).to_have_count(0)
+        job = lonely.job(job_id)
+        assert (job["status"], job["fail_reason"]) == ("failed", "cancelled")
+    finally:
+        context.close()
+        lonely.proc.stop(timeout=15)
+
+
+def test_the_fleet_shows_workers_with_liveness_and_active_jobs(page: Page, api: Api) -> None:
+    sign_in(page, api)
+    worker = page.locator('#fleet-list .worker[data-worker-id="session-worker"]')
+    expect(worker).to_have_attribute("data-alive", "true")
+    expect(worker.locator(".dot.alive")).to_have_count(1)
+    expect(worker.locator(".active-jobs")).to_have_text(re.compile(r"^\d+ active$"))
+
+
+def test_with_events_require_token_the_stream_uses_a_stream_token(
+    page: Page,
+    start_api: Callable[..., Api],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+) -> None:
+    guarded = start_api(EVENTS_REQUIRE_TOKEN="true")
+    try:
+        sign_in(page, guarded, job_type=job_type)
+        expect(page.locator("#stream-status")).to_have_text("live")
+        job_id = guarded.submit(**make_solver('print("{}")\n').spec(job_type))
+        expect(row(page, job_id)).to_have_attribute(
+            "data-status", "completed", timeout=LIVE_TIMEOUT_MS
+        )
+    finally:
+        guarded.proc.stop(timeout=15)
+
+
+def test_pages_are_walked_with_next_and_prev(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('print("{}")\n')
+    ids = {api.submit(**solver.spec(job_type, params={"i": i})) for i in range(5)}
+    for job_id in ids:
+        api.wait_status(job_id, "completed")
+    sign_in(page, api, job_type=job_type, query="?limit=2")
+    page.locator('#status-chips .chip[data-status="completed"]').click()
+    expect(page.locator("#jobs-body")).to_have_attribute("data-filter-status", "completed")
+
+    def shown() -> list[str]:
+        return [tr.get_attribute("data-job-id") or "" for tr in page.locator("#jobs-body tr").all()]
+
+    rows = page.locator("#jobs-body tr")
+    seen: list[list[str]] = []
+    for number, count in [(1, 2), (2, 2), (3, 1)]:
+        expect(page.locator("#jobs-body")).to_have_attribute("data-page", str(number))
+        expect(page.locator("#page-info")).to_have_text(f"Page {number}")
+        expect(rows).to_have_count(count)
+        seen.append(shown())
+        if number < 3:
+            page.locator("#next-page").click()
+    expect(page.locator("#next-page")).to_be_disabled()
+    assert sorted(job_id for ids_on_page in seen for job_id in ids_on_page) == sorted(ids)
+
+    page.locator("#prev-page").click()
+    expect(page.locator("#page-info")).to_have_text("Page 2")
+    expect(rows.first).to_have_attribute("data-job-id", seen[1][0])
+    assert shown() == seen[1]
