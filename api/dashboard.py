@@ -35,7 +35,7 @@ class JobSummary(BaseModel):
 
 
 class JobPage(BaseModel):
-    """One page of summaries, newest first, and the token of the next one."""
+    """One page of summaries, in visibility's order, and the token of the next one."""
 
     jobs: list[JobSummary]
     next_page_token: str | None
@@ -75,7 +75,8 @@ async def job_page(
     limit: int,
     page_token: str | None,
 ) -> JobPage:
-    """A page of job summaries in visibility's own order (newest first)."""
+    """A page of job summaries in visibility's own order: open jobs first, newest
+    started first, then closed ones, most recently closed first."""
     token: bytes | None = None
     if page_token:
         try:

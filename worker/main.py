@@ -154,6 +154,7 @@ class NativeWorker:
             worker_id=settings.node_id,
             name=settings.node_id,
             cores=settings.cores,
+            ram_gb=settings.ram_gb,
             tags=settings.tags,
             kind="native",
         )

@@ -18,6 +18,10 @@ def _default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def _physical_ram_gb() -> float:
+    return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+
+
 def _json_or_csv(value: Any) -> Any:
     """`["a","b"]` or `a,b`; an empty string is an empty list."""
     if not isinstance(value, str):
@@ -62,6 +66,7 @@ class WorkerSettings(BaseSettings):
     types: Annotated[list[str], NoDecode] = Field(default_factory=list)
     tags: Annotated[list[str], NoDecode] = Field(default_factory=list)
     cores: int = Field(default=1, ge=1, le=1024)
+    ram_gb: float = Field(default_factory=_physical_ram_gb, ge=0)
     solvers: dict[str, str | list[str]] = Field(default_factory=dict)
     run_workflows: bool = True
     shutdown_grace_s: float = 30.0

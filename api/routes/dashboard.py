@@ -40,7 +40,8 @@ async def jobs_page(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> JobPage:
-    """Job summaries, newest first, one page at a time (cheap at any job count)."""
+    """Job summaries one page at a time (cheap at any job count): open jobs first,
+    newest first, then closed ones, most recently closed first."""
     return await job_page(_client(request), status, type, limit, page_token)
 
 
