@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.conftest import REGISTERED_TYPE, Api, Solver, wait_until
+from tests.conftest import REGISTERED_TYPE, Api, Solver, pid_alive, wait_until
 from worker.devserver import DevServer
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -128,19 +127,7 @@ async def test_max_runtime_kills_the_whole_process_group_and_quarantines(
     assert job["fail_reason"].startswith("max_runtime_exceeded")
     assert job["attempts"] == 1
     for pid in map(int, pids.read_text().split()):
-        wait_until(lambda pid=pid: not _alive(pid), timeout=10, what=f"pid {pid} to exit")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+        wait_until(lambda pid=pid: not pid_alive(pid), timeout=10, what=f"pid {pid} to exit")
 
 
 async def test_a_job_with_no_solver_url_runs_the_solver_registered_for_its_type(
