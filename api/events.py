@@ -221,6 +221,7 @@ class EventFeed:
         lag = 0
         async for job_id, memo in self._changed_since(since):
             last_seq = self._sent.get(job_id, (0, 0, False))[0]
+            held = False
             for transition in memo.transitions:
                 if transition.seq <= last_seq:
                     continue
@@ -228,9 +229,11 @@ class EventFeed:
                 if key not in self._waiting:
                     # Visibility lag: how old a transition is when we first see it.
                     lag = max(lag, now - transition.ts)
-                if transition.ts >= settled:
+                # Once one waits to settle, the job's later ones wait too (its order).
+                held = held or transition.ts >= settled
+                if held:
                     self._waiting.add(key)
-                    break  # later ones of this job wait too, to keep its order
+                    continue
                 self._waiting.discard(key)
                 event = make_event(job_id, memo, transition)
                 if key > cursor:
