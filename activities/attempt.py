@@ -258,9 +258,11 @@ async def attempt_still_wanted(handle: WorkflowHandle[Any, Any], activity_id: st
 
 
 async def _heartbeat_loop(every_s: float) -> None:
+    # The attempt's start counts as its first beat: a job shorter than the interval
+    # costs no heartbeat RPC at all.
     while True:
-        activity.heartbeat()
         await asyncio.sleep(every_s)
+        activity.heartbeat()
 
 
 def split_command(command: str | list[str]) -> list[str]:
