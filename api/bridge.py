@@ -29,14 +29,14 @@ from temporalio.api.workflowservice.v1 import (
     PollActivityTaskQueueRequest,
     PollActivityTaskQueueResponse,
 )
-from temporalio.client import AsyncActivityCancelledError, Client, WorkflowUpdateFailedError
+from temporalio.client import AsyncActivityCancelledError, Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
 from api.jobs import JobService, now_ms
 from api.temporal import TemporalSettings
-from workflows.job import CLAIM_UPDATE, FINAL_FAILURES, REPORT_SIGNAL
+from workflows.job import FINAL_FAILURES, REPORT_SIGNAL
 from workflows.models import (
     AttemptInput,
     AttemptReport,
@@ -54,6 +54,8 @@ POLL_RPC_TIMEOUT = timedelta(seconds=75)
 MAX_POLLS_PER_QUEUE = 4
 # How long a task that arrived after its claimer left waits for the next claimer.
 HOLD_S = 1.0
+# How long a call for a just-claimed job waits for the workflow to apply the claim.
+CLAIM_APPLY_WAIT_S = 2.0
 HELD_STATUSES = (JobStatus.ASSIGNED, JobStatus.RUNNING)
 
 
@@ -222,15 +224,13 @@ class Bridge:
             attempt=inp.attempt, worker_id=worker_id, phase="assigned", claimed_at=claimed_at
         )
         try:
-            await self._client.get_workflow_handle(inp.job_id).execute_update(
-                CLAIM_UPDATE, report, result_type=Job
-            )
-        except WorkflowUpdateFailedError:
-            await self._abandon(task)
-            return None  # the job was cancelled meanwhile; its attempt is moot
+            # A signal, not an update: it is durable when this returns, and the claimer
+            # gets the job one workflow task sooner; `_held_by` covers the moment
+            # before the workflow has applied it.
+            await self._client.get_workflow_handle(inp.job_id).signal(REPORT_SIGNAL, report)
         except RPCError as err:
+            await self._abandon(task)
             if err.status != RPCStatusCode.NOT_FOUND:
-                await self._abandon(task)
                 raise
             return None  # the job closed meanwhile
         return ClaimedJob(
@@ -251,6 +251,11 @@ class Bridge:
 
     async def _held_by(self, job_id: str, worker_id: str) -> Job:
         job = await self._jobs.get(job_id)
+        deadline = time.monotonic() + CLAIM_APPLY_WAIT_S
+        while job.status == JobStatus.PENDING and time.monotonic() < deadline:
+            # A claim's signal is durable but may not be applied yet: look again.
+            await asyncio.sleep(0.02)
+            job = await self._jobs.get(job_id)
         if job.status == JobStatus.FAILED and job.fail_reason == ErrorType.CANCELLED.value:
             raise ApiError(
                 409, "job was cancelled; stop it", id=job_id, status="failed", cancelled=True

@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
 
 RUN_JOB_ACTIVITY = "run_job"
 CANCEL_UPDATE = "cancel"
-CLAIM_UPDATE = "claim"
 REPORT_SIGNAL = "attempt_report"
 JOB_QUERY = "job"
 EVENTS_MEMO = "events"
@@ -153,24 +152,6 @@ class JobWorkflow:
             job.heartbeat_at = started
             self._transition(JobStatus.RUNNING)
         self._publish()
-
-    @workflow.update(name=CLAIM_UPDATE)
-    def claim(self, report: AttemptReport) -> Job:
-        """An HTTP agent claims the current attempt (an update, so the claimer's next
-        call already sees the job as its own)."""
-        self.attempt_report(report)
-        return self._job
-
-    @claim.validator
-    def _validate_claim(self, report: AttemptReport) -> None:
-        if self._cancelled or report.attempt != self._attempt:
-            raise ApplicationError(
-                "the attempt is no longer current", type=ErrorType.CLAIM_ABANDONED
-            )
-        if self._job.status != JobStatus.PENDING:
-            raise ApplicationError(
-                f"job is {self._job.status.value}", type=ErrorType.CLAIM_ABANDONED
-            )
 
     @workflow.update(name=CANCEL_UPDATE)
     def cancel(self) -> Job:
