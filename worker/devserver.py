@@ -77,6 +77,8 @@ class DevServer:
     namespace: str = "default"
     log_path: Path | None = None
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    # False stands in for a cluster nobody has set up (`jobforge setup` does it).
+    register_attributes: bool = True
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -110,8 +112,9 @@ class DevServer:
             cmd += ["--sqlite-pragma", pragma]
         for key, value in {**DYNAMIC_CONFIG, **self.extra_dynamic_config}.items():
             cmd += ["--dynamic-config-value", f"{key}={value}"]
-        for name, kind in attributes.REGISTRATION.items():
-            cmd += ["--search-attribute", f"{name}={kind}"]
+        if self.register_attributes:
+            for name, kind in attributes.REGISTRATION.items():
+                cmd += ["--search-attribute", f"{name}={kind}"]
         return cmd
 
     def start(self, deadline_s: float = 60.0) -> None:

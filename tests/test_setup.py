@@ -1,0 +1,82 @@
+"""`jobforge setup` registers the search attributes on a cluster, idempotently."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+
+from tests.conftest import ROOT
+from worker.devserver import DevServer, free_port
+from workflows import attributes
+
+
+@pytest.fixture
+def bare_server(tmp_path: Path) -> Iterator[DevServer]:
+    """A dev server without jobforge's search attributes, like a fresh cluster."""
+    server = DevServer(tmp_path, port=free_port(), ui_port=None, register_attributes=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+def setup_command(server: DevServer) -> subprocess.CompletedProcess[str]:
+    """Run `jobforge setup` against `server`."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": server.address}
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", "setup"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def registered(server: DevServer) -> set[str]:
+    """The custom search attributes the server knows."""
+    client = await Client.connect(server.address)
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace="default")
+    )
+    return set(listed.custom_attributes)
+
+
+async def test_setup_registers_the_search_attributes_once_and_is_idempotent(
+    bare_server: DevServer,
+) -> None:
+    wanted = set(attributes.REGISTRATION)
+    assert not wanted & await registered(bare_server)
+
+    first = setup_command(bare_server)
+    second = setup_command(bare_server)
+
+    assert first.returncode == 0, first.stderr
+    assert all(name in first.stdout for name in wanted)
+    assert second.returncode == 0, second.stderr
+    assert "all present already" in second.stdout
+    assert wanted <= await registered(bare_server)
+
+
+def test_setup_against_an_unreachable_server_fails_with_one_clear_line() -> None:
+    env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "setup"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: cannot register search attributes")
