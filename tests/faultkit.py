@@ -1,0 +1,437 @@
+"""Fault-battery kit: a logging solver double and the "nothing lost" invariant checks.
+
+Shared by tests/test_faults_processes.py, tests/test_faults_inputs.py and tests/test_fuzz.py.
+
+Load
+    ``LOAD`` is ``"reduced"`` (default, CI) or ``"full"`` (env ``JOBFORGE_FAULT_LOAD``);
+    ``scale(reduced, full)`` picks the number for the current load.
+
+Solver double
+    ``write_solver(directory) -> Solver`` writes ``faultsolver-<hex>.py``; a job runs it
+    with ``params = run_params(tag, log, sleep_s=..., exit_code=0)``. Each run appends
+    ``"<tag> <attempt> <pid> start"`` and ``"<tag> <attempt> <pid> end"`` to ``log``
+    (append mode, one ``write`` per line; ``attempt`` is ``-``: the solver is not told
+    it), sleeps, and prints ``{"tag": tag}``. Build a spec with
+    ``solver.spec(job_type, params=run_params(...))`` (``Solver`` is conftest's).
+    ``read_runs(log) -> dict[tag, list[Run]]`` parses the log.
+
+Invariants (each ``check_*`` returns a list of problems, ``[]`` when it holds;
+``assert_invariants`` runs L, R, D, M together and fails with every problem listed)
+    L  ``wait_terminal(http, ids, timeout)`` -> ``{id: job}`` once every job is
+       terminal (``completed``, ``quarantined``, or ``failed`` with reason
+       ``cancelled``); raises listing the stragglers.
+    R  ``check_results(jobs, tags)``: a completed job has one ``completed`` transition
+       and a result that is its own tag's; ``check_stable(http, jobs, pause_s)`` reads
+       every job again after a pause: its status, result and transitions are unchanged.
+    D  ``check_runs(jobs, tags, runs, extra={})``: runs per job <= 1 + the faults that
+       hit it (its ``fail_history`` entries, plus ``extra[id]``).
+    M  ``check_transitions(jobs)``: each job's ``transitions`` follows ``EDGES``, ``seq``
+       1..n; ``check_events(events, jobs)``: the SSE events seen (any list of
+       ``(event_name, data_dict)``, duplicates from reconnects allowed if identical)
+       follow ``EDGES`` per job, in seq order, and cover every transition
+       (``complete=True``).
+    O  ``check_quiet(solver_path, cache_dirs, timeout)``: no live process runs the
+       solver script, no ``.part-*`` file in the caches, each ``cache/<sha256>`` file
+       hashes to its name (waits up to ``timeout`` for solvers to exit).
+
+Helpers
+    ``submit_retrying(http, spec, key, timeout)``: POST /api/jobs with
+    ``Idempotency-Key: key`` until it answers 201/200; any status other than 2xx/503
+    (or a connection error) fails the test, and every status seen is returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import PYTHON, Solver
+
+LOAD = os.environ.get("JOBFORGE_FAULT_LOAD", "reduced")
+FULL = LOAD == "full"
+
+
+def scale(reduced: int, full: int) -> int:
+    """The figure for the current load."""
+    return full if FULL else reduced
+
+
+# -- solver double ---------------------------------------------------------------------
+
+SOLVER_SOURCE = """\
+import json, os, sys, time
+params = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+tag = params.get("tag", "-")
+log = params.get("log")
+
+
+def note(what):
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{tag} - {os.getpid()} {what}\\n".encode())
+        finally:
+            os.close(fd)
+
+
+note("start")
+time.sleep(float(params.get("sleep_s", 0)))
+note("end")
+code = int(params.get("exit_code", 0))
+if code:
+    sys.exit(code)
+print(json.dumps({"tag": tag}))
+"""
+
+
+def write_solver(directory: Path) -> Solver:
+    """Write the logging solver double (executable) into `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"faultsolver-{uuid.uuid4().hex[:8]}.py"
+    path.write_text(f"#!{PYTHON}\n" + SOLVER_SOURCE)
+    path.chmod(0o755)
+    return Solver(path)
+
+
+def run_params(tag: str, log: Path, *, sleep_s: float = 0.0, exit_code: int = 0) -> dict[str, Any]:
+    """Params that make the solver double log under `tag`."""
+    return {"tag": tag, "log": str(log), "sleep_s": sleep_s, "exit_code": exit_code}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One solver process as its log lines tell it."""
+
+    pid: int
+    started: bool
+    ended: bool
+
+
+def read_runs(log: Path) -> dict[str, list[Run]]:
+    """Runs per tag, from the solver's append-only log."""
+    lines: dict[tuple[str, int], set[str]] = defaultdict(set)
+    if log.exists():
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 4:
+                lines[(parts[0], int(parts[2]))].add(parts[3])
+    runs: dict[str, list[Run]] = defaultdict(list)
+    for (tag, pid), what in lines.items():
+        runs[tag].append(Run(pid, "start" in what, "end" in what))
+    return runs
+
+
+# -- the state machine -------------------------------------------------------------------
+
+EDGES: set[tuple[str, str]] = {
+    ("pending", "assigned"),
+    ("assigned", "running"),
+    ("running", "completed"),
+    ("assigned", "failed"),
+    ("running", "failed"),
+    ("failed", "pending"),
+    ("failed", "quarantined"),
+}
+CANCEL_EDGES: set[tuple[str, str]] = {("pending", "failed"), ("assigned", "failed")}
+EVENT_STATUS = {
+    "job:created": "pending",
+    "job:assigned": "assigned",
+    "job:running": "running",
+    "job:completed": "completed",
+    "job:failed": "failed",
+    "job:pending": "pending",
+    "job:quarantined": "quarantined",
+    "job:cancelled": "failed",
+}
+
+
+def is_terminal(job: dict[str, Any]) -> bool:
+    """completed, quarantined, or failed by a cancel."""
+    status = job["status"]
+    return status in ("completed", "quarantined") or (
+        status == "failed" and job.get("fail_reason") == "cancelled"
+    )
+
+
+def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> list[str]:
+    """Problems in one job's (seq, status, reason) path."""
+    problems = []
+    if not steps:
+        return [f"{job_id}: no transitions"]
+    seqs = [seq for seq, _, _ in steps]
+    if seqs != list(range(1, len(steps) + 1)):
+        problems.append(f"{job_id}: seq {seqs}")
+    if steps[0][1] != "pending":
+        problems.append(f"{job_id}: starts at {steps[0][1]}")
+    for (_, a, _), (_, b, reason) in zip(steps, steps[1:], strict=False):
+        if (a, b) in EDGES:
+            continue
+        if (a, b) in CANCEL_EDGES and reason == "cancelled":
+            continue
+        problems.append(f"{job_id}: edge {a}->{b} ({reason}) in {[s for _, s, _ in steps]}")
+    return problems
+
+
+# -- L ---------------------------------------------------------------------------------
+
+
+def get_job(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    """GET /api/jobs/{id}, retried through 503s."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            response = http.get(f"/api/jobs/{job_id}")
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
+        if response.status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            continue
+        assert response.status_code == 200, (job_id, response.status_code, response.text)
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def wait_terminal(
+    http: httpx.Client, ids: Iterable[str], timeout: float, interval: float = 1.0
+) -> dict[str, dict[str, Any]]:
+    """L: wait until every job is terminal; return them."""
+    pending = list(dict.fromkeys(ids))
+    done: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        still = []
+        for job_id in pending:
+            job = get_job(http, job_id)
+            if is_terminal(job):
+                done[job_id] = job
+            else:
+                still.append(job_id)
+        pending = still
+        if not pending:
+            return done
+        if time.monotonic() > deadline:
+            sample = {j: get_job(http, j)["status"] for j in pending[:10]}
+            raise AssertionError(f"L: {len(pending)} jobs not terminal after {timeout}s: {sample}")
+        time.sleep(interval)
+
+
+# -- R ---------------------------------------------------------------------------------
+
+
+def check_results(jobs: dict[str, dict[str, Any]], tags: dict[str, str]) -> list[str]:
+    """R: one completion per completed job, carrying its own tag."""
+    problems = []
+    for job_id, job in jobs.items():
+        completions = [t for t in job["transitions"] if t["status"] == "completed"]
+        if job["status"] == "completed":
+            if len(completions) != 1:
+                problems.append(f"{job_id}: {len(completions)} completed transitions")
+            result = job.get("result")
+            if job_id in tags and result != {"tag": tags[job_id]}:
+                problems.append(f"{job_id}: result {result!r} is not its tag {tags[job_id]}")
+        elif completions:
+            problems.append(f"{job_id}: {job['status']} after a completion")
+    return problems
+
+
+def check_stable(
+    http: httpx.Client, jobs: dict[str, dict[str, Any]], pause_s: float = 2.0
+) -> list[str]:
+    """R: a terminal state never changes (read again after `pause_s`)."""
+    time.sleep(pause_s)
+    problems = []
+    for job_id, before in jobs.items():
+        after = get_job(http, job_id)
+        for key in ("status", "result", "transitions", "fail_reason"):
+            if after.get(key) != before.get(key):
+                problems.append(
+                    f"{job_id}: {key} changed {before.get(key)!r} -> {after.get(key)!r}"
+                )
+    return problems
+
+
+# -- D ---------------------------------------------------------------------------------
+
+
+def check_runs(
+    jobs: dict[str, dict[str, Any]],
+    tags: dict[str, str],
+    runs: dict[str, list[Run]],
+    extra: dict[str, int] | None = None,
+) -> list[str]:
+    """D: solver runs per job <= 1 + faults that hit it (fail_history + extra)."""
+    extra = extra or {}
+    problems = []
+    for job_id, job in jobs.items():
+        tag = tags.get(job_id)
+        if tag is None:
+            continue
+        allowed = 1 + len(job.get("fail_history") or []) + extra.get(job_id, 0)
+        count = len(runs.get(tag, []))
+        if count > allowed:
+            problems.append(f"{job_id}: {count} solver runs > {allowed} allowed")
+        if job["status"] == "completed" and not any(r.ended for r in runs.get(tag, [])):
+            problems.append(f"{job_id}: completed with no finished solver run")
+    return problems
+
+
+# -- M ---------------------------------------------------------------------------------
+
+
+def check_transitions(jobs: dict[str, dict[str, Any]]) -> list[str]:
+    """M: each job's recorded transitions follow the state machine's edges."""
+    problems = []
+    for job_id, job in jobs.items():
+        steps = [(t["seq"], t["status"], t.get("reason")) for t in job["transitions"]]
+        problems += _path_problems(job_id, steps)
+    return problems
+
+
+def check_events(
+    events: Iterable[tuple[str, dict[str, Any]]],
+    jobs: dict[str, dict[str, Any]],
+    *,
+    complete: bool = True,
+) -> list[str]:
+    """M over SSE: per job, events in seq order along EDGES, matching `transitions`."""
+    problems = []
+    seen: dict[str, dict[int, tuple[str, dict[str, Any]]]] = defaultdict(dict)
+    order: dict[str, list[int]] = defaultdict(list)
+    for name, data in events:
+        job_id = data["id"]
+        if job_id not in jobs:
+            continue
+        seq = data["seq"]
+        if seq in seen[job_id]:
+            if seen[job_id][seq][0] != name:
+                problems.append(f"{job_id}: seq {seq} seen as {seen[job_id][seq][0]} and {name}")
+            continue
+        seen[job_id][seq] = (name, data)
+        order[job_id].append(seq)
+    for job_id, job in jobs.items():
+        seqs = order.get(job_id, [])
+        if seqs != sorted(seqs):
+            problems.append(f"{job_id}: events out of seq order {seqs}")
+        steps = []
+        for seq in sorted(seqs):
+            name, data = seen[job_id][seq]
+            status = EVENT_STATUS.get(name)
+            if status is None or data["status"] != status:
+                problems.append(f"{job_id}: event {name} with status {data['status']}")
+            steps.append((seq, data["status"], data.get("reason")))
+        recorded = [(t["seq"], t["status"]) for t in job["transitions"]]
+        if complete:
+            problems += _path_problems(job_id, steps)
+            if [(s, st) for s, st, _ in steps] != recorded:
+                got = [(s, st) for s, st, _ in steps]
+                problems.append(f"{job_id}: events {got} != transitions {recorded}")
+        else:
+            for seq, status, _ in steps:
+                if (seq, status) not in recorded:
+                    problems.append(f"{job_id}: event seq {seq} {status} not recorded")
+    return problems
+
+
+# -- O ---------------------------------------------------------------------------------
+
+
+def solver_processes(solver_path: Path) -> list[int]:
+    """Live (non-zombie) processes whose command line names the solver script."""
+    needle = str(solver_path).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+            continue
+        if needle in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def check_cache(cache_dir: Path) -> list[str]:
+    """O: no temp files, and every entry hashes to its name."""
+    problems = []
+    if not cache_dir.exists():
+        return problems
+    for path in cache_dir.iterdir():
+        if path.name.startswith(".part-"):
+            problems.append(f"{cache_dir}: leftover {path.name}")
+        elif path.is_file() and len(path.name) == 64:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            if digest != path.name:
+                problems.append(f"{cache_dir}: {path.name} hashes to {digest}")
+    return problems
+
+
+def check_quiet(solver_path: Path, cache_dirs: Iterable[Path], timeout: float = 15.0) -> list[str]:
+    """O: no leftover solver processes or cache temp files once quiet."""
+    deadline = time.monotonic() + timeout
+    while solver_processes(solver_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    problems = [f"leftover solver pid {pid}" for pid in solver_processes(solver_path)]
+    for cache in cache_dirs:
+        problems += check_cache(cache)
+    return problems
+
+
+# -- together ----------------------------------------------------------------------------
+
+
+def assert_invariants(
+    http: httpx.Client,
+    ids: Iterable[str],
+    tags: dict[str, str],
+    log: Path,
+    *,
+    timeout: float,
+    extra_faults: dict[str, int] | None = None,
+    events: list[tuple[str, dict[str, Any]]] | None = None,
+    stable_pause_s: float = 2.0,
+) -> dict[str, dict[str, Any]]:
+    """L, R, D, M (and M over `events` when given); returns the terminal jobs."""
+    jobs = wait_terminal(http, ids, timeout)
+    problems = check_results(jobs, tags)
+    problems += check_runs(jobs, tags, read_runs(log), extra_faults)
+    problems += check_transitions(jobs)
+    problems += check_stable(http, jobs, stable_pause_s)
+    if events is not None:
+        problems += check_events(events, jobs)
+    assert not problems, f"{len(problems)} invariant violations:\n" + "\n".join(problems[:50])
+    return jobs
+
+
+def submit_retrying(
+    http: httpx.Client, spec: dict[str, Any], key: str, timeout: float = 120.0
+) -> tuple[str, list[int | str]]:
+    """POST with an Idempotency-Key until accepted; only 2xx and 503 are acceptable."""
+    seen: list[int | str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            response = http.post("/api/jobs", json=spec, headers={"Idempotency-Key": key})
+        except httpx.TransportError as err:
+            seen.append(type(err).__name__)
+        else:
+            seen.append(response.status_code)
+            if response.status_code in (200, 201):
+                return str(response.json()["id"]), seen
+            assert response.status_code == 503, (response.status_code, response.text)
+        assert time.monotonic() < deadline, f"submission not accepted in {timeout}s: {seen}"
+        time.sleep(0.3)
