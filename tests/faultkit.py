@@ -43,7 +43,7 @@ Helpers
 from __future__ import annotations
 
 import hashlib
-import json
+import itertools
 import os
 import time
 import uuid
@@ -173,7 +173,7 @@ def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> lis
         problems.append(f"{job_id}: seq {seqs}")
     if steps[0][1] != "pending":
         problems.append(f"{job_id}: starts at {steps[0][1]}")
-    for (_, a, _), (_, b, reason) in zip(steps, steps[1:], strict=False):
+    for (_, a, _), (_, b, reason) in itertools.pairwise(steps):
         if (a, b) in EDGES:
             continue
         if (a, b) in CANCEL_EDGES and reason == "cancelled":
@@ -255,11 +255,11 @@ def check_stable(
     problems = []
     for job_id, before in jobs.items():
         after = get_job(http, job_id)
-        for key in ("status", "result", "transitions", "fail_reason"):
-            if after.get(key) != before.get(key):
-                problems.append(
-                    f"{job_id}: {key} changed {before.get(key)!r} -> {after.get(key)!r}"
-                )
+        problems.extend(
+            f"{job_id}: {key} changed {before.get(key)!r} -> {after.get(key)!r}"
+            for key in ("status", "result", "transitions", "fail_reason")
+            if after.get(key) != before.get(key)
+        )
     return problems
 
 
