@@ -9,9 +9,10 @@ Load
 Solver double
     ``write_solver(directory) -> Solver`` writes ``faultsolver-<hex>.py``; a job runs it
     with ``params = run_params(tag, log, sleep_s=..., exit_code=0)``. Each run appends
-    ``"<tag> <attempt> <pid> start"`` and ``"<tag> <attempt> <pid> end"`` to ``log``
-    (append mode, one ``write`` per line; ``attempt`` is ``-``: the solver is not told
-    it), sleeps, and prints ``{"tag": tag}``. Build a spec with
+    ``"<tag> <attempt> <pid> start <ppid> <unix time>"`` and the same with ``end`` to
+    ``log`` (append mode, one ``write`` per line; ``attempt`` is ``-``: the solver is
+    not told it; ppid 1 means its worker died), sleeps ``sleep_s``, exits
+    ``exit_code`` or prints ``{"tag": tag}``. Build a spec with
     ``solver.spec(job_type, params=run_params(...))`` (``Solver`` is conftest's).
     ``read_runs(log) -> dict[tag, list[Run]]`` parses the log.
 
@@ -79,7 +80,8 @@ def note(what):
     if log:
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, f"{tag} - {os.getpid()} {what}\\n".encode())
+            line = f"{tag} - {os.getpid()} {what} {os.getppid()} {time.time():.3f}\\n"
+            os.write(fd, line.encode())
         finally:
             os.close(fd)
 
@@ -123,7 +125,7 @@ def read_runs(log: Path) -> dict[str, list[Run]]:
     if log.exists():
         for line in log.read_text().splitlines():
             parts = line.split()
-            if len(parts) == 4:
+            if len(parts) >= 4:
                 lines[(parts[0], int(parts[2]))].add(parts[3])
     runs: dict[str, list[Run]] = defaultdict(list)
     for (tag, pid), what in lines.items():
@@ -282,7 +284,10 @@ def check_runs(
         allowed = 1 + len(job.get("fail_history") or []) + extra.get(job_id, 0)
         count = len(runs.get(tag, []))
         if count > allowed:
-            problems.append(f"{job_id}: {count} solver runs > {allowed} allowed")
+            problems.append(
+                f"{job_id}: {count} solver runs > {allowed} allowed: {runs.get(tag)}"
+                f" transitions {[(t['status'], t.get('reason')) for t in job['transitions']]}"
+            )
         if job["status"] == "completed" and not any(r.ended for r in runs.get(tag, [])):
             problems.append(f"{job_id}: completed with no finished solver run")
     return problems

@@ -292,11 +292,23 @@ def _failure_details(err: ActivityError) -> tuple[str | None, dict[str, int]]:
     return tail, times
 
 
+# The HTTP bridge polls attempts under this identity prefix (api/bridge.py).
+BRIDGE_IDENTITY_PREFIX = "jobforge-bridge@"
+# Patch: a native worker that died holding an unreported attempt still took it.
+NATIVE_DEATH_COUNTS_PATCH = "native-death-counts"
+
+
 def _unclaimed_handback(err: ActivityError) -> bool:
     cause = err.cause
     if isinstance(cause, ApplicationError):
         return cause.type == ErrorType.CLAIM_ABANDONED
-    return isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT
+    if not (isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT):
+        return False
+    # Only the bridge holds a task nobody claimed. A native worker runs its solver
+    # before any report (a short job sends none): if it dies then, its solver may well
+    # have run, so the attempt is a failed one, not a silent re-run.
+    native = not (err.identity or "").startswith(BRIDGE_IDENTITY_PREFIX)
+    return not (native and workflow.patched(NATIVE_DEATH_COUNTS_PATCH))
 
 
 def _classify(err: ActivityError) -> tuple[str, bool]:

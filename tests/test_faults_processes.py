@@ -1,0 +1,217 @@
+"""Fault battery, processes: kill workers, Temporal and the API mid-run; nothing is lost.
+
+Load: JOBFORGE_FAULT_LOAD=reduced (default, CI) or full (`make faults`). Each scenario
+checks the invariants of tests/faultkit.py (L R D M O) once quiet.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import faultkit
+from tests.conftest import SECRET, Api, Proc, Stack, base_env, wait_until
+from worker.devserver import DevServer, free_port, wait_for_port
+
+
+def _submit_all(api: Api, solver: faultkit.Solver, job_type: str, log: Path, n: int, **kw: Any):
+    """Submit n jobs of the solver double; return (ids, tags by id)."""
+    tags: dict[str, str] = {}
+    for i in range(n):
+        tag = f"j{i}-{uuid.uuid4().hex[:6]}"
+        job_id = api.submit(**solver.spec(job_type, params=faultkit.run_params(tag, log, **kw)))
+        tags[job_id] = tag
+    return list(tags), tags
+
+
+def _agent(
+    spawn: Callable[..., Proc], temporal: DevServer, url: str, job_type: str, node: str, cache: Path
+) -> Proc:
+    proc = spawn(
+        ["agent"],
+        base_env(
+            temporal,
+            HUB_URL=url,
+            NODE_ID=node,
+            WORKER_CORES="2",
+            WORKER_TYPES=json.dumps([job_type]),
+            SOLVER_CACHE_DIR=str(cache),
+        ),
+    )
+    wait_until(lambda: "ready" in proc.output(), timeout=30, what="agent to start")
+    return proc
+
+
+def test_baseline_two_native_workers_and_an_agent_lose_nothing(
+    start_stack: Callable[..., Stack],
+    spawn: Callable[..., Proc],
+    temporal: DevServer,
+    job_type: str,
+    tmp_path: Path,
+) -> None:
+    n = faultkit.scale(100, 1000)
+    solver = faultkit.write_solver(tmp_path / "bin")
+    log = tmp_path / "runs.log"
+    stack = start_stack()
+    caches = [tmp_path / "cache-a", tmp_path / "cache-b", tmp_path / "cache-agent"]
+    stack.worker(job_type, "native-a", WORKER_CORES="3", SOLVER_CACHE_DIR=str(caches[0]))
+    stack.worker(job_type, "native-b", WORKER_CORES="3", SOLVER_CACHE_DIR=str(caches[1]))
+    agent = _agent(spawn, temporal, stack.api.url, job_type, "agent-1", caches[2])
+    stack.procs.append(agent)
+
+    ids, tags = _submit_all(stack.api, solver, job_type, log, n, sleep_s=0.05)
+    jobs = faultkit.assert_invariants(
+        stack.api.http, ids, tags, log, timeout=faultkit.scale(120, 600)
+    )
+    assert all(job["status"] == "completed" for job in jobs.values())
+    assert all(len(faultkit.read_runs(log)[tag]) == 1 for tag in tags.values())
+    assert {job["worker_id"] for job in jobs.values()} >= {"native-a", "native-b"}
+    assert not faultkit.check_quiet(solver.path, caches)
+
+
+def test_killed_native_workers_lose_nothing(
+    start_stack: Callable[..., Stack],
+    job_type: str,
+    tmp_path: Path,
+) -> None:
+    n = faultkit.scale(40, 300)
+    kills = faultkit.scale(2, 15)
+    solver = faultkit.write_solver(tmp_path / "bin")
+    log = tmp_path / "runs.log"
+    stack = start_stack(JOB_HEARTBEAT_TIMEOUT_S="3")
+    caches = {name: tmp_path / f"cache-{name}" for name in ("native-a", "native-b")}
+
+    def start(name: str) -> Proc:
+        return stack.worker(job_type, name, WORKER_CORES="3", SOLVER_CACHE_DIR=str(caches[name]))
+
+    workers = {name: start(name) for name in caches}
+    ids, tags = _submit_all(stack.api, solver, job_type, log, n, sleep_s=1.0)
+    rng = random.Random(7)
+    for _ in range(kills):
+        time.sleep(3)
+        name = rng.choice(sorted(workers))
+        workers[name].kill()
+        workers[name] = start(name)
+    faultkit.assert_invariants(stack.api.http, ids, tags, log, timeout=faultkit.scale(150, 600))
+    assert not faultkit.check_quiet(solver.path, caches.values(), timeout=20)
+
+
+def _submit_in_thread(
+    http: httpx.Client, specs: dict[str, dict[str, Any]], out: dict[str, str], seen: list[Any]
+) -> threading.Thread:
+    """Submit each spec (keyed by its Idempotency-Key) with retries, in a thread."""
+
+    def run() -> None:
+        for key, spec in specs.items():
+            try:
+                job_id, statuses = faultkit.submit_retrying(http, spec, key, timeout=120)
+            except BaseException as err:  # reported by the test
+                seen.append(err)
+                return
+            out[key] = job_id
+            seen.extend(statuses)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
+def test_temporal_restart_loses_nothing_and_answers_503_while_down(
+    spawn: Callable[..., Proc],
+    job_type: str,
+    tmp_path: Path,
+    stop_signal: signal.Signals,
+) -> None:
+    n = faultkit.scale(30, 200)
+    server = DevServer(tmp_path / "temporal", port=free_port(), ui_port=None)
+    server.start()
+    http: httpx.Client | None = None
+    procs: list[Proc] = []
+    try:
+        port = free_port()
+        api_proc = spawn(
+            ["api", "--port", str(port)], base_env(server, JOB_HEARTBEAT_TIMEOUT_S="5")
+        )
+        procs.append(api_proc)
+        wait_for_port(port, 30, api_proc.process)
+        http = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Authorization": f"Bearer {SECRET}"},
+            timeout=30,
+        )
+        cache = tmp_path / "cache"
+        worker = spawn(
+            ["worker"],
+            base_env(
+                server,
+                WORKER_CORES="4",
+                SOLVER_CACHE_DIR=str(cache),
+                NODE_ID="restart-worker",
+                WORKER_TYPES=job_type,
+            ),
+        )
+        procs.append(worker)
+        wait_until(lambda: "ready: workflows=True" in worker.output(), timeout=30, what="worker")
+        solver = faultkit.write_solver(tmp_path / "bin")
+        log = tmp_path / "runs.log"
+        specs: dict[str, dict[str, Any]] = {}
+        tags_by_key: dict[str, str] = {}
+        for i in range(n):
+            tag = f"r{i}-{uuid.uuid4().hex[:6]}"
+            key = f"key-{tag}"
+            tags_by_key[key] = tag
+            specs[key] = solver.spec(job_type, params=faultkit.run_params(tag, log, sleep_s=0.3))
+        keys = list(specs)
+        third = n // 3
+        ids: dict[str, str] = {}
+        seen: list[Any] = []
+        for key in keys[:third]:
+            ids[key], _ = faultkit.submit_retrying(http, specs[key], key)
+
+        # Down: submissions retried in a thread; reads and writes answer 503.
+        assert server.process is not None
+        server.process.send_signal(stop_signal)
+        server.process.wait(30)
+        thread = _submit_in_thread(http, {k: specs[k] for k in keys[third:]}, ids, seen)
+        probes = [
+            http.get("/api/jobs", params={"type": job_type}).status_code,
+            http.get(f"/api/jobs/{ids[keys[0]]}").status_code,
+            http.post(
+                "/api/jobs", json=specs[keys[-1]], headers={"Idempotency-Key": keys[-1]}
+            ).status_code,
+        ]
+        assert set(probes) == {503}, probes
+        server.start()
+        thread.join(180)
+        assert not thread.is_alive()
+        errors = [s for s in seen if isinstance(s, BaseException)]
+        assert not errors, errors
+        assert not {s for s in seen if isinstance(s, int)} - {200, 201, 503}, seen
+
+        # Each key made exactly one job: resubmitting returns it, and the type lists n.
+        for key in keys[:: max(1, n // 10)]:
+            again, _ = faultkit.submit_retrying(http, specs[key], key)
+            assert again == ids[key]
+        tags = {ids[key]: tags_by_key[key] for key in keys}
+        assert len(tags) == n
+        faultkit.assert_invariants(http, list(tags), tags, log, timeout=faultkit.scale(120, 600))
+        listed = http.get("/api/jobs", params={"type": job_type, "limit": 500}).json()
+        assert sorted(job["id"] for job in listed) == sorted(tags)
+        assert not faultkit.check_quiet(solver.path, [cache])
+    finally:
+        if http is not None:
+            http.close()
+        for proc in procs:
+            proc.stop(timeout=15)
+        server.stop()
