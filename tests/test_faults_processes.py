@@ -21,6 +21,7 @@ import pytest
 
 from tests import faultkit
 from tests.conftest import SECRET, Api, Proc, Stack, base_env, wait_until
+from tests.test_events import read_events
 from worker.devserver import DevServer, free_port, wait_for_port
 
 
@@ -215,3 +216,105 @@ def test_temporal_restart_loses_nothing_and_answers_503_while_down(
         for proc in procs:
             proc.stop(timeout=15)
         server.stop()
+
+
+class SseClient:
+    """Follows /api/jobs/events, reconnecting with Last-Event-ID whenever it drops."""
+
+    def __init__(self, url: str, params: dict[str, Any]) -> None:
+        self.url = url
+        self.params = params
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.last_id: str | None = None
+        self.connects = 0
+        self.connected = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            headers = {"Last-Event-ID": self.last_id} if self.last_id else {}
+            try:
+                with (
+                    httpx.Client(timeout=httpx.Timeout(30, connect=2)) as http,
+                    http.stream(
+                        "GET", f"{self.url}/api/jobs/events", params=self.params, headers=headers
+                    ) as response,
+                ):
+                    if response.status_code != 200:
+                        time.sleep(0.3)
+                        continue
+                    self.connects += 1
+                    self.connected.set()
+                    for event in read_events(response):
+                        self.events.append((event.event, event.data))
+                        self.last_id = event.id
+                        if self.stop.is_set():
+                            return
+            except httpx.HTTPError:
+                time.sleep(0.3)
+
+
+def test_killed_api_with_an_agent_and_sse_clients_loses_nothing(
+    start_stack: Callable[..., Stack],
+    spawn: Callable[..., Proc],
+    temporal: DevServer,
+    job_type: str,
+    tmp_path: Path,
+) -> None:
+    n = faultkit.scale(30, 200)
+    kills = faultkit.scale(1, 3)
+    solver = faultkit.write_solver(tmp_path / "bin")
+    log = tmp_path / "runs.log"
+    stack = start_stack(JOB_HEARTBEAT_TIMEOUT_S="10")
+    url = stack.api.url
+    port = int(url.rsplit(":", 1)[1])
+    cache = tmp_path / "cache-agent"
+    agent = _agent(spawn, temporal, url, job_type, "agent-k", cache)
+    stack.procs.append(agent)
+    clients = [SseClient(url, {"type": job_type}) for _ in range(2)]
+    for client in clients:
+        assert client.connected.wait(15)
+
+    ids: list[str] = []
+    tags: dict[str, str] = {}
+    api_proc = stack.api.proc
+    per_round = n // (kills + 1)
+    for round_ in range(kills + 1):
+        count = per_round if round_ < kills else n - per_round * kills
+        more, more_tags = _submit_all(stack.api, solver, job_type, log, count, sleep_s=0.3)
+        ids += more
+        tags.update(more_tags)
+        if round_ == kills:
+            break
+        time.sleep(2)
+        api_proc.kill()
+        time.sleep(1)
+        api_proc = spawn(["api", "--port", str(port)], base_env(temporal, **stack.queues))
+        stack.procs.append(api_proc)
+        wait_for_port(port, 30, api_proc.process)
+
+    def events_cover_all() -> bool:
+        for client in clients:
+            seen = {(data["id"], data["seq"]) for _, data in client.events}
+            if any(
+                (job_id, t["seq"]) not in seen
+                for job_id in ids
+                for t in jobs[job_id]["transitions"]
+            ):
+                return False
+        return True
+
+    jobs = faultkit.assert_invariants(
+        stack.api.http, ids, tags, log, timeout=faultkit.scale(120, 600)
+    )
+    wait_until(events_cover_all, timeout=30, interval=0.5, what="every transition as an event")
+    for client in clients:
+        client.stop.set()
+        assert client.connects >= 1 + kills
+        problems = faultkit.check_events(client.events, jobs)
+        assert not problems, problems[:20]
+    assert {job["worker_id"] for job in jobs.values()} == {"agent-k"}
+    assert agent.process.poll() is None
+    assert not faultkit.check_quiet(solver.path, [cache])
