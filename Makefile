@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint bench clean
+.PHONY: dev test lint bench faults clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,6 +23,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# The fault battery at full load (CI runs it reduced, within `make test`); docs/reliability.md.
+faults: $(STAMP)
+	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_inputs.py tests/test_fuzz.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput --jobs 1000
