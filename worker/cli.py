@@ -91,7 +91,12 @@ def api(
     from api.main import create_app
 
     _logging()
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+    # Event streams never end by themselves: without a bound, SIGTERM would wait for
+    # every SSE client to leave. After 5 s the remaining requests are cancelled (an
+    # agent's claim is handed back; SSE clients resume with Last-Event-ID).
+    uvicorn.run(
+        create_app(), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+    )
     _exit(0)
 
 
