@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -62,11 +63,14 @@ async def run_solver(
     max_output_bytes: int,
     log_tail_bytes: int,
     on_start: Callable[[], Awaitable[None]] | None = None,
+    max_memory_bytes: int | None = None,
 ) -> SolverRun:
     """Run `argv`; TERM then KILL its whole group at `max_runtime_s` or on cancel.
 
     Whatever happens, the process group is killed before this returns, so children
-    that outlive the solver do not outlive the job.
+    that outlive the solver do not outlive the job. With `max_memory_bytes`, the
+    solver (and whatever it forks) gets that address-space limit (RLIMIT_AS), so a
+    solver that allocates without bound fails on its own instead of starving the worker.
     """
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -74,6 +78,7 @@ async def run_solver(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=_limit_memory(max_memory_bytes) if max_memory_bytes else None,
     )
     pgid = process.pid
     overflow = asyncio.Event()
@@ -84,7 +89,7 @@ async def run_solver(
     try:
         if on_start is not None:
             await on_start()
-        waiter = asyncio.create_task(process.wait())
+        waiter = asyncio.create_task(_exited(process))
         overflow_wait = asyncio.create_task(overflow.wait())
         done, _ = await asyncio.wait(
             {waiter, overflow_wait}, timeout=max_runtime_s, return_when=asyncio.FIRST_COMPLETED
@@ -101,6 +106,8 @@ async def run_solver(
         raise
     finally:
         kill_group(pgid, signal.SIGKILL)
+    # The group is gone, so the pipes close: the exit status and the output are final.
+    await process.wait()
     stdout = await stdout_task
     stderr = await stderr_task
     return SolverRun(
@@ -112,10 +119,50 @@ async def run_solver(
     )
 
 
+def _limit_memory(limit: int) -> Callable[[], None]:
+    def apply() -> None:  # runs in the child between fork and exec
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+async def _exited(process: asyncio.subprocess.Process) -> None:
+    """Until the solver process itself exits.
+
+    `process.wait()` also waits for its pipes to close, which never happens while a
+    child it left behind holds them: a solver that exited would look hung until its
+    max_runtime. A pidfd tells the exit alone.
+    """
+    if process.returncode is not None:
+        return
+    try:
+        fd = os.pidfd_open(process.pid)
+    except ProcessLookupError:
+        return  # already exited and reaped
+    except OSError:
+        await process.wait()  # no pidfd on this kernel
+        return
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    try:
+        loop.add_reader(fd, on_exit)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(fd)
+    finally:
+        os.close(fd)
+
+
 async def _terminate(process: asyncio.subprocess.Process, pgid: int) -> None:
     kill_group(pgid, signal.SIGTERM)
     try:
-        await asyncio.wait_for(process.wait(), KILL_GRACE_S)
+        await asyncio.wait_for(_exited(process), KILL_GRACE_S)
     except TimeoutError:
         kill_group(pgid, signal.SIGKILL)
-        await process.wait()
+        await _exited(process)

@@ -111,6 +111,9 @@ class SolverCache:
                 # Another process sharing this cache may have fetched it meanwhile.
                 if await self._verified(path, checksum):
                     return path
+                # Temp files of this hash left by a process that died mid-download: only
+                # the holder of this lock writes them, so none is in use now.
+                await asyncio.to_thread(self._sweep_parts, checksum)
                 if on_download is not None:
                     await on_download()
                 await self._download(url, checksum, path)
@@ -140,8 +143,12 @@ class SolverCache:
         finally:
             os.close(fd)  # closing releases the lock
 
+    def _sweep_parts(self, checksum: str) -> None:
+        for stale in self.root.glob(f".part-{checksum}-*"):
+            _discard(stale)
+
     async def _download(self, url: str, checksum: str, path: Path) -> None:
-        fd, tmp_name = tempfile.mkstemp(dir=self.root, prefix=".part-")
+        fd, tmp_name = tempfile.mkstemp(dir=self.root, prefix=f".part-{checksum}-")
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as out:
@@ -154,6 +161,10 @@ class SolverCache:
                 except TimeoutError as err:
                     raise _fetch_failed(
                         f"solver download exceeded {self.limits.timeout_s:g} s"
+                    ) from err
+                except httpx.HTTPError as err:  # refused, reset, truncated body, ...
+                    raise _fetch_failed(
+                        f"solver download failed: {type(err).__name__}: {err}"
                     ) from err
                 out.flush()
                 os.fsync(out.fileno())

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel
 from temporalio.client import Client
+from temporalio.service import RPCError
 
-from api.errors import ApiError
+from api.errors import UNAVAILABLE_CODES, ApiError
 from workflows import attributes
 from workflows.job import EVENTS_MEMO
 from workflows.models import EventsMemo, JobStatus
@@ -88,7 +89,16 @@ async def job_page(
     iterator = client.list_workflows(
         job_filter(status, job_type), page_size=limit, next_page_token=token
     )
-    await iterator.fetch_next_page()
+    try:
+        await iterator.fetch_next_page()
+    except RPCError as err:
+        # Temporal rejects a token it did not issue (or one for another query), and
+        # not always as INVALID_ARGUMENT: that is the caller's mistake, not a 5xx.
+        if page_token and err.status not in UNAVAILABLE_CODES:
+            raise ApiError(
+                422, "page_token: not a token from this API for this query", field="page_token"
+            ) from err
+        raise
     jobs: list[JobSummary] = []
     for execution in iterator.current_page or []:
         memo = await execution.memo()

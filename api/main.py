@@ -129,4 +129,5 @@ def create_app(
     # The dashboard: static files at /, after every API route.
     app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="dashboard")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    errors.document(app)
     return app

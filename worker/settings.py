@@ -46,6 +46,8 @@ class SolverSettings(BaseSettings):
     fetch_timeout_s: float = 300.0
     max_output_bytes: int = 1024 * 1024
     log_tail_bytes: int = 16 * 1024
+    # Address-space limit (RLIMIT_AS) of each solver process; 0 means none.
+    max_memory_mb: int = Field(default=4096, ge=0)
 
     @field_validator("cache_dir")
     @classmethod
