@@ -330,7 +330,7 @@ def test_killed_api_with_an_agent_and_sse_clients_loses_nothing(
     assert {job["worker_id"] for job in jobs.values()} == {"agent-k"}
     assert agent.process.poll() is None
     assert not faultkit.check_quiet(solver.path, [cache])
-    # SIGTERM with event streams open: the API exits after its 5 s grace, unkilled.
+    # SIGTERM with requests open (an agent's claim, streams): it exits in its 5 s grace.
     stopping = time.monotonic()
     api_proc.stop(timeout=30)
     assert time.monotonic() - stopping < 15
