@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import resource
 import signal
@@ -78,7 +79,7 @@ async def run_solver(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_limit_memory(max_memory_bytes) if max_memory_bytes else None,
+        preexec_fn=_child_setup(max_memory_bytes, os.getpid()),
     )
     pgid = process.pid
     overflow = asyncio.Event()
@@ -119,9 +120,19 @@ async def run_solver(
     )
 
 
-def _limit_memory(limit: int) -> Callable[[], None]:
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: prctl in the child
+PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(memory_limit: int | None, parent: int) -> Callable[[], None]:
     def apply() -> None:  # runs in the child between fork and exec
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        # A worker that dies outright (SIGKILL) takes its solver with it, so no
+        # solver runs on beside the re-run of its attempt.
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)  # the worker died before the line above took effect
+        if memory_limit:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
     return apply
 

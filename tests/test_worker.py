@@ -282,3 +282,26 @@ async def test_a_job_waiting_for_a_slot_on_a_busy_worker_keeps_heartbeating(
     assert job["attempts"] == 1
     assert job["fail_history"] == []
     assert stack.api.wait_status(busy, "completed")["attempts"] == 1
+
+
+async def test_a_solver_does_not_outlive_a_worker_killed_with_sigkill(
+    start_stack: Callable[..., Stack],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "solver.pid"
+    solver = make_solver(
+        f"""
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(600)
+        """
+    )
+    stack = start_stack()
+    stack.api.submit(**solver.spec(job_type, max_runtime_ms=600_000))
+    worker = stack.worker(job_type, "node-doomed")
+    pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the solver"))
+
+    worker.kill()
+
+    wait_until(lambda: not pid_alive(pid), timeout=10, what="the orphaned solver to die")
