@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint bench faults clean
+.PHONY: dev test lint bench faults clean browser
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -14,7 +14,12 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 	$(BIN)/jobforge dev
 
-test: $(STAMP)
+# The dashboard tests drive Debian's Chromium; as root, install it when missing.
+browser:
+	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v chromium >/dev/null || echo "chromium is missing: the dashboard tests will be skipped (apt-get install chromium)"
+
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
