@@ -18,7 +18,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -29,7 +29,7 @@ from temporalio.api.workflowservice.v1 import (
     PollActivityTaskQueueRequest,
     PollActivityTaskQueueResponse,
 )
-from temporalio.client import AsyncActivityCancelledError, Client
+from temporalio.client import AsyncActivityCancelledError, AsyncActivityHandle, Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -270,12 +270,16 @@ class Bridge:
             )
         return job
 
+    def _attempt_activity(self, job: Job) -> AsyncActivityHandle:
+        """The job's current attempt, addressed by workflow id and activity id."""
+        return self._client.get_async_activity_handle(
+            workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
+        )
+
     async def heartbeat(self, job_id: str, worker_id: str, progress: JsonValue) -> None:
         """Keep the attempt alive; the first heartbeat moves the job to running."""
         job = await self._held_by(job_id, worker_id)
-        handle = self._client.get_async_activity_handle(
-            workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
-        )
+        handle = self._attempt_activity(job)
         try:
             if job.status == JobStatus.ASSIGNED:
                 report = AttemptReport(
@@ -311,9 +315,7 @@ class Bridge:
         if job.status == JobStatus.COMPLETED:
             return self._same_result(job, key)
         job = await self._held_by(job_id, worker_id)
-        handle = self._client.get_async_activity_handle(
-            workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
-        )
+        handle = self._attempt_activity(job)
         outcome = AttemptResult(
             worker_id=worker_id, result=result, result_hash=computed, result_key=key
         )
@@ -338,9 +340,7 @@ class Bridge:
     async def fail(self, job_id: str, worker_id: str, reason: str) -> JobStatus:
         """Fail the attempt: re-queued, or quarantined when attempts are used up."""
         job = await self._held_by(job_id, worker_id)
-        handle = self._client.get_async_activity_handle(
-            workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
-        )
+        handle = self._attempt_activity(job)
         try:
             await handle.fail(ApplicationError(reason, type=ErrorType.AGENT_FAILURE))
         except RPCError as err:
@@ -357,8 +357,3 @@ class Bridge:
 
 def _canonical(value: JsonValue) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def unique(items: Iterable[str]) -> list[str]:
-    """Items without repeats, first occurrence order."""
-    return list(dict.fromkeys(items))

@@ -36,8 +36,8 @@ from workflows.models import (
     JobInput,
     JobSpec,
     JobStatus,
-    Transition,
     events_memo,
+    pending_job,
     priority_key,
 )
 from workflows.registry import ADD_TYPE_SIGNAL, TYPES_MEMO, registry_workflow_id
@@ -104,7 +104,7 @@ class JobService:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=f"{spec.type} job",
-            memo={EVENTS_MEMO: events_memo(_pending_job(inp))},
+            memo={EVENTS_MEMO: events_memo(pending_job(inp))},
         )
         try:
             await asyncio.gather(start, self._register_type(spec.type))
@@ -122,7 +122,7 @@ class JobService:
                     id=job_id,
                 )
             return existing
-        return _pending_job(inp)
+        return pending_job(inp)
 
     async def known_types(self) -> list[str]:
         """Every job type submitted so far (the registry's memo, cached for a second)."""
@@ -277,20 +277,3 @@ class JobService:
         # Ends the execution as Canceled in Temporal; the job is already cancelled.
         await handle.cancel()
         return job
-
-
-def _pending_job(inp: JobInput) -> Job:
-    spec = inp.spec
-    return Job(
-        id=inp.id,
-        type=spec.type,
-        params=spec.params,
-        status=JobStatus.PENDING,
-        priority=spec.priority,
-        created_at=inp.created_at,
-        max_attempts=spec.max_attempts,
-        max_runtime_ms=spec.max_runtime_ms,
-        solver_url=spec.solver_url,
-        solver_checksum=spec.solver_checksum,
-        transitions=[Transition(seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0)],
-    )

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         Transition,
         attempt_activity_id,
         events_memo,
+        pending_job,
     )
 
 RUN_JOB_ACTIVITY = "run_job"
@@ -59,26 +60,12 @@ class JobWorkflow:
 
     @workflow.init
     def __init__(self, inp: JobInput) -> None:
-        spec = inp.spec
-        self._input = inp
         self._attempt = 0
         self._claimed_attempt = 0
         self._handle: workflow.ActivityHandle[AttemptResult] | None = None
         self._cancelled = False
         self._unpublished = False
-        self._job = Job(
-            id=inp.id,
-            type=spec.type,
-            params=spec.params,
-            status=JobStatus.PENDING,
-            priority=spec.priority,
-            created_at=inp.created_at,
-            max_attempts=spec.max_attempts,
-            max_runtime_ms=spec.max_runtime_ms,
-            solver_url=spec.solver_url,
-            solver_checksum=spec.solver_checksum,
-            transitions=[Transition(seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0)],
-        )
+        self._job = pending_job(inp)
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:

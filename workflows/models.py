@@ -178,6 +178,24 @@ class JobInput(BaseModel):
     heartbeat_timeout_ms: int
 
 
+def pending_job(inp: JobInput) -> Job:
+    """A just-submitted job: what the workflow starts from and the API answers with."""
+    spec = inp.spec
+    return Job(
+        id=inp.id,
+        type=spec.type,
+        params=spec.params,
+        status=JobStatus.PENDING,
+        priority=spec.priority,
+        created_at=inp.created_at,
+        max_attempts=spec.max_attempts,
+        max_runtime_ms=spec.max_runtime_ms,
+        solver_url=spec.solver_url,
+        solver_checksum=spec.solver_checksum,
+        transitions=[Transition(seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0)],
+    )
+
+
 class AttemptInput(BaseModel):
     """What a worker needs to run one attempt of a job."""
 
