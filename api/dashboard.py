@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
+import hmac
 import time
 from datetime import UTC, datetime
 
@@ -69,8 +71,40 @@ def summarize(job_id: str, memo: EventsMemo) -> JobSummary:
     )
 
 
+def seal_page_token(secret: str, query: str, token: bytes) -> str:
+    """Temporal's page token, signed for one query: the API takes back only its own."""
+    return base64.urlsafe_b64encode(_page_mac(secret, query, token) + token).decode()
+
+
+def open_page_token(secret: str, query: str, page_token: str) -> bytes:
+    """The Temporal page token inside `page_token`, if this API issued it for `query`.
+
+    Checked here, not by Temporal: a token Temporal cannot parse costs it a failed call
+    that the client retries for about 10 s.
+    """
+    try:
+        sealed = base64.urlsafe_b64decode(page_token.encode())
+    except (binascii.Error, ValueError):
+        sealed = b""
+    mac, token = sealed[:_MAC_BYTES], sealed[_MAC_BYTES:]
+    if not token or not hmac.compare_digest(mac, _page_mac(secret, query, token)):
+        raise ApiError(
+            422, "page_token: not a token from this API for this query", field="page_token"
+        )
+    return token
+
+
+_MAC_BYTES = 16
+
+
+def _page_mac(secret: str, query: str, token: bytes) -> bytes:
+    message = query.encode() + b"\0" + token
+    return hmac.new(secret.encode(), message, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
 async def job_page(
     client: Client,
+    secret: str,
     status: JobStatus | None,
     job_type: str | None,
     limit: int,
@@ -78,25 +112,17 @@ async def job_page(
 ) -> JobPage:
     """A page of job summaries in visibility's own order: open jobs first, newest
     started first, then closed ones, most recently closed first."""
-    token: bytes | None = None
-    if page_token:
-        try:
-            token = base64.urlsafe_b64decode(page_token.encode())
-        except (binascii.Error, ValueError) as err:
-            raise ApiError(
-                422, "page_token: not a token from this API", field="page_token"
-            ) from err
-    iterator = client.list_workflows(
-        job_filter(status, job_type), page_size=limit, next_page_token=token
-    )
+    query = job_filter(status, job_type)
+    token = open_page_token(secret, query, page_token) if page_token else None
+    iterator = client.list_workflows(query, page_size=limit, next_page_token=token)
     try:
         await iterator.fetch_next_page()
     except RPCError as err:
-        # Temporal rejects a token it did not issue (or one for another query), and
-        # not always as INVALID_ARGUMENT: that is the caller's mistake, not a 5xx.
+        # A token this API issued that Temporal no longer takes: a caller's retry, not
+        # a 5xx.
         if page_token and err.status not in UNAVAILABLE_CODES:
             raise ApiError(
-                422, "page_token: not a token from this API for this query", field="page_token"
+                422, "page_token: expired, start again without it", field="page_token"
             ) from err
         raise
     jobs: list[JobSummary] = []
@@ -108,7 +134,7 @@ async def job_page(
     next_token = iterator.next_page_token
     return JobPage(
         jobs=jobs,
-        next_page_token=base64.urlsafe_b64encode(next_token).decode() if next_token else None,
+        next_page_token=seal_page_token(secret, query, next_token) if next_token else None,
     )
 
 

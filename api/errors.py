@@ -91,8 +91,8 @@ def _message(error: Any) -> str:
 def _allowed(request: Request) -> str:
     """Every method some route serves at this path.
 
-    Starlette names only the first route that matched the path (and the dashboard's
-    static mount at / matches every path), so its 405 `Allow` missed methods.
+    Starlette names only the first route that matched the path, and a path such as
+    /api/jobs has one route per method, so its 405 `Allow` missed methods.
     """
     scope = {"type": "http", "path": request.url.path, "root_path": "", "method": "GET"}
     methods: set[str] = set()

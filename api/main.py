@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -86,6 +87,10 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+async def _dashboard_page() -> FileResponse:
+    return FileResponse(STATIC_DIR / "index.html")
+
+
 def create_app(
     settings: ApiSettings | None = None, temporal: TemporalSettings | None = None
 ) -> FastAPI:
@@ -95,7 +100,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = await connect(temporal, lazy=True)
+        client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
         app.state.jobs = JobService(client, temporal, settings)
         app.state.bridge = Bridge(client, temporal, app.state.jobs)
         app.state.workers = WorkerDirectory(client, temporal, settings.heartbeat_timeout_s)
@@ -126,8 +131,10 @@ def create_app(
     app.include_router(events.router)
     app.include_router(agents.router)
     app.include_router(jobs.router)
-    # The dashboard: static files at /, after every API route.
-    app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="dashboard")
+    # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
+    # a wrong method on an API path is a 405 rather than the mount's 404.
+    app.add_api_route("/", _dashboard_page, methods=["GET", "HEAD"], include_in_schema=False)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     errors.document(app)
     return app

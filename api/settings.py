@@ -31,6 +31,9 @@ class ApiSettings(BaseSettings):
     events_require_token: bool = Field(default=False, validation_alias="EVENTS_REQUIRE_TOKEN")
     events_poll_ms: int = Field(default=100, ge=10, le=10_000, validation_alias="EVENTS_POLL_MS")
     events_settle_ms: int = Field(default=150, ge=0, le=60_000, validation_alias="EVENTS_SETTLE_MS")
+    temporal_retry_ms: int = Field(
+        default=2000, ge=0, le=60_000, validation_alias="API_TEMPORAL_RETRY_MS"
+    )
     solver_url_schemes: str = Field(default="https", validation_alias="SOLVER_URL_SCHEMES")
     solver_allow_private_networks: bool = Field(
         default=False, validation_alias="SOLVER_ALLOW_PRIVATE_NETWORKS"

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RetryConfig
 
 
 class TemporalSettings(BaseSettings):
@@ -37,8 +38,14 @@ async def connect(
     identity: str | None = None,
     lazy: bool = False,
     runtime: Runtime | None = None,
+    retry_ms: int | None = None,
 ) -> Client:
-    """A client with the pydantic data converter jobforge's models need."""
+    """A client with the pydantic data converter jobforge's models need.
+
+    `retry_ms` bounds how long a call retries an unreachable server (the SDK's default
+    is about 10 s).
+    """
+    retry = RetryConfig() if retry_ms is None else RetryConfig(max_elapsed_time_millis=retry_ms)
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,
@@ -48,6 +55,7 @@ async def connect(
         identity=identity or f"jobforge@{socket.gethostname()}",
         lazy=lazy,
         runtime=runtime,
+        retry_config=retry,
     )
 
 

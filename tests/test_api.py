@@ -10,6 +10,8 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from api.main import create_app
+from api.routes.jobs import RESERVED_JOB_PATHS
 from tests.conftest import REGISTERED_TYPE, SECRET, Api, wait_until
 from worker.devserver import DevServer, free_port
 from workflows.registry import REGISTRY_WORKFLOW_ID
@@ -178,6 +180,55 @@ def test_the_openapi_schema_and_the_docs_page_are_served(api: Api) -> None:
 
 def test_an_unknown_path_answers_404_with_an_error_body(http: httpx.Client) -> None:
     assert error_of(http.get("/api/nothing-here"), 404)
+
+
+def test_the_dashboard_page_and_its_assets_are_served_without_a_token(api: Api) -> None:
+    with client_for(api, token=None) as client:
+        page = client.get("/")
+        assets = [client.get(f"/static/{name}") for name in ("app.js", "style.css")]
+
+    assert page.status_code == 200
+    assert "text/html" in page.headers["content-type"]
+    assert 'src="static/app.js"' in page.text
+    assert [a.status_code for a in assets] == [200, 200]
+
+
+# -- method rules ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/api/events/token", "POST"),
+        ("GET", "/api/workers/register", "POST"),
+        ("DELETE", "/api/jobs", "GET, POST"),
+        ("OPTIONS", "/api/jobs/counts", "GET"),
+        ("DELETE", "/api/jobs/counts", "GET"),
+        ("OPTIONS", "/api/jobs/page", "GET"),
+        ("DELETE", "/api/jobs/events", "GET"),
+        ("GET", "/api/jobs/claim", "POST"),
+        ("PUT", f"/api/jobs/{'a' * 32}", "DELETE, GET"),
+        ("GET", f"/api/jobs/{'a' * 32}/result", "POST"),
+    ],
+)
+def test_a_method_a_path_does_not_serve_answers_405_naming_the_ones_it_does(
+    http: httpx.Client, method: str, path: str, allow: str
+) -> None:
+    response = http.request(method, path)
+
+    assert error_of(response, 405)
+    assert response.headers["allow"] == allow
+
+
+def test_no_job_id_route_takes_a_path_that_has_a_route_of_its_own() -> None:
+    paths = create_app().openapi()["paths"]
+    literal = {
+        path.split("/")[3]
+        for path in paths
+        if path.startswith("/api/jobs/") and not path.startswith("/api/jobs/{")
+    }
+
+    assert literal == set(RESERVED_JOB_PATHS)
 
 
 # -- unknown ids -------------------------------------------------------------------
@@ -481,6 +532,38 @@ def test_jobs_are_listed_by_priority_descending_then_oldest_first(
     assert list_ids(quiet, type=quiet_type, limit=3) == expected[:3]
     assert list_ids(quiet, type=quiet_type, limit=2, offset=4) == expected[4:6]
     assert list_ids(quiet, type=quiet_type, offset=len(ids)) == []
+
+
+def test_job_pages_cover_every_job_once_and_take_back_only_their_own_tokens(
+    quiet: httpx.Client, quiet_type: str
+) -> None:
+    ids = {quiet.post("/api/jobs", json={"type": quiet_type}).json()["id"] for _ in range(5)}
+    wait_until(lambda: len(list_ids(quiet, type=quiet_type)) == len(ids), what="jobs listed")
+
+    def page(**query: Any) -> dict[str, Any]:
+        response = quiet.get("/api/jobs/page", params={"type": quiet_type, "limit": 2, **query})
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    seen: list[str] = []
+    tokens: list[str] = []
+    body = page()
+    while True:
+        seen += [job["id"] for job in body["jobs"]]
+        if not body["next_page_token"]:
+            break
+        tokens.append(body["next_page_token"])
+        body = page(page_token=tokens[-1])
+
+    assert sorted(seen) == sorted(ids)
+    assert len(tokens) == 2
+    forged = tokens[0][:-4] + ("AAAA" if not tokens[0].endswith("AAAA") else "BBBB")
+    for bad in (forged, "bm90LWEtdG9rZW4", "%%%", tokens[0] + "x"):
+        query = {"type": quiet_type, "page_token": bad}
+        assert "page_token" in error_of(quiet.get("/api/jobs/page", params=query), 422)
+    other_query = {"type": f"{quiet_type}-other", "page_token": tokens[0]}
+    assert "page_token" in error_of(quiet.get("/api/jobs/page", params=other_query), 422)
 
 
 def test_the_list_filters_by_status_and_type(quiet: httpx.Client, quiet_type: str) -> None:

@@ -71,6 +71,7 @@ def fuzz_api(
     server.stop()
 
 
+@pytest.mark.timeout(scale(300, 1900))
 def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
     """schemathesis, every check, every phase but stateful, authenticated."""
     run = subprocess.run(

@@ -121,7 +121,7 @@ async def claim_job(
 
 
 @router.post(
-    "/jobs/{job_id}/heartbeat",
+    "/jobs/{job_id:job_id}/heartbeat",
     status_code=status.HTTP_204_NO_CONTENT,
     responses={409: {"description": "Not held by this worker, or cancelled (`cancelled`)"}},
 )
@@ -134,7 +134,7 @@ async def heartbeat(
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.post("/jobs/{job_id}/result", response_model=JobState)
+@router.post("/jobs/{job_id:job_id}/result", response_model=JobState)
 async def submit_result(
     job_id: JobId,
     body: Annotated[ResultRequest, Body()],
@@ -152,7 +152,7 @@ async def submit_result(
     return JobState(id=job.id, status=JobStatus.COMPLETED)
 
 
-@router.post("/jobs/{job_id}/fail", response_model=JobState)
+@router.post("/jobs/{job_id:job_id}/fail", response_model=JobState)
 async def report_failure(
     job_id: JobId, body: FailRequest, bridge: BridgeDep, workers: WorkersDep
 ) -> JobState:

@@ -42,7 +42,8 @@ async def jobs_page(
 ) -> JobPage:
     """Job summaries one page at a time (cheap at any job count): open jobs first,
     newest first, then closed ones, most recently closed first."""
-    return await job_page(_client(request), status, type, limit, page_token)
+    secret: str = request.app.state.secret
+    return await job_page(_client(request), secret, status, type, limit, page_token)
 
 
 @router.get("/jobs/counts", response_model=dict[str, int])

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.deps import Authorized, JobsDep
 from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus
@@ -13,6 +14,21 @@ from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
 
 JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
+
+# Routes of their own under /api/jobs/. A job id path segment never takes these names, so
+# each such path is served by its own route for every method: `DELETE /api/jobs/counts`
+# is a 405, and the `Allow` of `OPTIONS /api/jobs/counts` names only that route's methods.
+RESERVED_JOB_PATHS = ("claim", "counts", "events", "page")
+
+
+class JobIdConvertor(StringConvertor):
+    """A `{job_id:job_id}` path segment: anything but a reserved name (the `JobId`
+    pattern then answers a malformed id with a 422 naming the field)."""
+
+    regex = f"(?!(?:{'|'.join(RESERVED_JOB_PATHS)})(?:/|$))[^/]+"
+
+
+register_url_convertor("job_id", JobIdConvertor())
 
 
 class Submitted(BaseModel):
@@ -55,14 +71,14 @@ async def list_jobs(
     return await jobs.list_jobs(status, type, limit, offset)
 
 
-@router.get("/{job_id}", response_model=Job)
+@router.get("/{job_id:job_id}", response_model=Job)
 async def get_job(job_id: JobId, jobs: JobsDep) -> Job:
     """One job with its attempts, fail_history and transitions."""
     return await jobs.get(job_id)
 
 
 @router.delete(
-    "/{job_id}",
+    "/{job_id:job_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     responses={409: {"description": "The job is past assigned; body has its status"}},
 )
