@@ -338,3 +338,28 @@ def test_an_agent_and_a_native_worker_drain_one_queue_together(
     assert [job["result"] for job in jobs] == [{"i": i} for i in range(20)]
     assert {job["worker_id"] for job in jobs} == {"native-1", "agent-1"}
     assert all(job["attempts"] == 1 for job in jobs)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/workers/register", {"worker_id": "w", "ram_gb": False}, "ram_gb"),
+        ("/api/workers/register", {"worker_id": "w", "ram_gb": "16"}, "ram_gb"),
+        ("/api/workers/register", {"worker_id": "w", "cores": True}, "cores"),
+        ("/api/workers/register", {"worker_id": "w", "cores": 2.5}, "cores"),
+        ("/api/workers/register", {"worker_id": "w", "cores": 0}, "cores"),
+        ("/api/workers/register", {"worker_id": "bad id"}, "worker_id"),
+        ("/api/workers/register", {"worker_id": "w", "kind": "robot"}, "kind"),
+        ("/api/jobs/claim", {"worker_id": "w", "wait": True}, "wait"),
+        ("/api/jobs/claim", {"worker_id": "w", "wait": "5"}, "wait"),
+        ("/api/jobs/claim", {"worker_id": "w", "wait": 31}, "wait"),
+        ("/api/jobs/claim", {"worker_id": "w", "types": ["has space"]}, "types"),
+    ],
+)
+def test_a_worker_request_with_a_bad_field_answers_422_naming_it(
+    hub: Api, path: str, body: dict[str, Any], field: str
+) -> None:
+    response = hub.http.post(path, json=body)
+
+    assert response.status_code == 422, response.text
+    assert field in response.json()["error"]

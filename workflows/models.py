@@ -238,8 +238,9 @@ class WorkerInfo(BaseModel):
 
     worker_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     name: Annotated[str | None, Field(max_length=200)] = None
-    cores: Annotated[int, Field(ge=1, le=4096)] = 1
-    ram_gb: Annotated[float, Field(ge=0, le=1_000_000)] = 1.0
+    # Strict, as in JobSpec: a JSON `false` or `"4"` is a mistake.
+    cores: Annotated[int, Field(strict=True, ge=1, le=4096)] = 1
+    ram_gb: Annotated[float, Field(strict=True, ge=0, le=1_000_000)] = 1.0
     tags: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)] = Field(
         default_factory=list
     )

@@ -47,7 +47,7 @@ class ClaimRequest(BaseModel):
     types: Annotated[
         list[Annotated[str, Field(pattern=TYPE_PATTERN)]] | None, Field(max_length=64)
     ] = None
-    wait: Annotated[float, Field(ge=0, le=CLAIM_MAX_WAIT_S)] = 0.0
+    wait: Annotated[float, Field(strict=True, ge=0, le=CLAIM_MAX_WAIT_S)] = 0.0
 
 
 class HeartbeatRequest(BaseModel):
