@@ -20,6 +20,9 @@ UNAVAILABLE_CODES = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
 )
 
+# A 503 says when to come back (RFC 9110): Temporal restarts take seconds.
+RETRY_AFTER = {"Retry-After": "1"}
+
 
 class ApiError(Exception):
     """An answer other than success: an HTTP status, a message, extra JSON fields."""
@@ -55,7 +58,7 @@ def not_found(job_id: str) -> ApiError:
 
 def temporal_unavailable(detail: str) -> ApiError:
     """503 while Temporal cannot be reached."""
-    return ApiError(503, f"Temporal is unavailable, try again: {detail}")
+    return ApiError(503, f"Temporal is unavailable, try again: {detail}", headers=RETRY_AFTER)
 
 
 def is_unavailable(err: BaseException) -> bool:
@@ -148,7 +151,9 @@ def install(app: FastAPI) -> None:
     async def _rpc(_: Request, err: RPCError) -> JSONResponse:
         if err.status in UNAVAILABLE_CODES or no_workflow_worker(err):
             return JSONResponse(
-                {"error": f"Temporal is unavailable, try again: {err.message}"}, status_code=503
+                {"error": f"Temporal is unavailable, try again: {err.message}"},
+                status_code=503,
+                headers=RETRY_AFTER,
             )
         log.error("Temporal call failed: %s (%s)", err.message, err.status)
         return JSONResponse({"error": f"Temporal call failed: {err.message}"}, status_code=502)
@@ -157,7 +162,9 @@ def install(app: FastAPI) -> None:
     async def _runtime(_: Request, err: RuntimeError) -> JSONResponse:
         if is_unavailable(err):
             return JSONResponse(
-                {"error": f"Temporal is unavailable, try again: {err}"}, status_code=503
+                {"error": f"Temporal is unavailable, try again: {err}"},
+                status_code=503,
+                headers=RETRY_AFTER,
             )
         log.exception("unexpected error", exc_info=err)
         return JSONResponse({"error": "internal error"}, status_code=500)

@@ -700,6 +700,7 @@ def test_an_api_without_temporal_answers_503_with_a_clear_message(
     response = call(dead_api, method, path)
 
     assert "Temporal is unavailable" in error_of(response, 503)
+    assert response.headers["retry-after"] == "1"
 
 
 def test_an_api_without_temporal_still_validates_and_authenticates(
