@@ -11,17 +11,13 @@ import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from tests.conftest import PYTHON, GatedServer, Solver, Stack, wait_until
+from tests.helpers import statuses
 from worker.devserver import DevServer
-
-
-def statuses(job: dict[str, Any]) -> list[str]:
-    """The job's recorded status sequence."""
-    return [t["status"] for t in job["transitions"]]
 
 
 async def execution_status(temporal: DevServer, job_id: str) -> WorkflowExecutionStatus | None:
@@ -40,14 +36,20 @@ async def wait_execution_status(
         await asyncio.sleep(0.05)
 
 
+@pytest.fixture
+def pending_job(
+    start_stack: Callable[..., Stack], job_type: str, make_solver: Callable[[str], Solver]
+) -> tuple[Stack, str]:
+    """A stack and a job on it that stays pending: no worker serves its type."""
+    stack = start_stack()
+    return stack, stack.api.submit(**make_solver("print('ran')\n").spec(job_type))
+
+
 async def test_cancelling_a_pending_job_fails_it_as_cancelled_and_cancels_its_execution(
-    start_stack: Callable[..., Stack],
-    job_type: str,
-    make_solver: Callable[[str], Solver],
+    pending_job: tuple[Stack, str],
     temporal: DevServer,
 ) -> None:
-    stack = start_stack()  # no worker serves job_type
-    job_id = stack.api.submit(**make_solver("print('ran')\n").spec(job_type))
+    stack, job_id = pending_job
 
     response = stack.api.http.delete(f"/api/jobs/{job_id}")
 
@@ -62,13 +64,10 @@ async def test_cancelling_a_pending_job_fails_it_as_cancelled_and_cancels_its_ex
 
 
 async def test_cancelling_a_cancelled_job_again_is_still_204(
-    start_stack: Callable[..., Stack],
-    job_type: str,
-    make_solver: Callable[[str], Solver],
+    pending_job: tuple[Stack, str],
     temporal: DevServer,
 ) -> None:
-    stack = start_stack()
-    job_id = stack.api.submit(**make_solver("print('ran')\n").spec(job_type))
+    stack, job_id = pending_job
 
     first = stack.api.http.delete(f"/api/jobs/{job_id}")
     second = stack.api.http.delete(f"/api/jobs/{job_id}")

@@ -26,9 +26,9 @@ def bare_server(tmp_path: Path) -> Iterator[DevServer]:
     server.stop()
 
 
-def setup_command(server: DevServer) -> subprocess.CompletedProcess[str]:
-    """Run `jobforge setup` against `server`."""
-    env = {**os.environ, "TEMPORAL_ADDRESS": server.address}
+def setup_command(address: str) -> subprocess.CompletedProcess[str]:
+    """Run `jobforge setup` against the cluster at `address`."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": address}
     return subprocess.run(
         [sys.executable, "-m", "worker.cli", "setup"],
         env=env,
@@ -55,8 +55,8 @@ async def test_setup_registers_the_search_attributes_once_and_is_idempotent(
     wanted = set(attributes.REGISTRATION)
     assert not wanted & await registered(bare_server)
 
-    first = setup_command(bare_server)
-    second = setup_command(bare_server)
+    first = setup_command(bare_server.address)
+    second = setup_command(bare_server.address)
 
     assert first.returncode == 0, first.stderr
     assert all(name in first.stdout for name in wanted)
@@ -66,16 +66,7 @@ async def test_setup_registers_the_search_attributes_once_and_is_idempotent(
 
 
 def test_setup_against_an_unreachable_server_fails_with_one_clear_line() -> None:
-    env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "setup"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = setup_command(f"127.0.0.1:{free_port()}")
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1

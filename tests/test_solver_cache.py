@@ -9,12 +9,14 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from tests.conftest import PYTHON, GatedServer, SolverServer, Stack
+from tests.conftest import PYTHON, GatedServer, Proc, SolverServer, Stack
 from worker.devserver import DevServer
 
 SOLVER = f"""#!{PYTHON}
@@ -36,35 +38,62 @@ def assert_cache_is_clean(cache: Path) -> None:
     assert [n for n in names if n.startswith(".")] == [f".{p.name}.lock" for p in solvers]
 
 
-def run_jobs(stack: Stack, job_type: str, url: str, numbers: range) -> list[str]:
-    """Submit one job per number with the shared solver; return their ids."""
-    return [
-        stack.api.submit(type=job_type, solver_url=url, solver_checksum=CHECKSUM, params={"n": n})
-        for n in numbers
-    ]
+def serve(server: SolverServer | GatedServer) -> str:
+    """Put SOLVER on `server`; return its URL."""
+    (server.root / "solver.py").write_text(SOLVER)
+    return server.url("solver.py")
 
 
-def assert_completed(stack: Stack, job_ids: list[str], numbers: range) -> None:
-    """Every job completed with its square."""
-    for job_id, n in zip(job_ids, numbers, strict=True):
-        job = stack.api.wait_status(job_id, "completed", "quarantined")
-        assert job["status"] == "completed", job
-        assert job["result"] == {"n": n, "square": n * n}
+@dataclass
+class CacheStack:
+    """A stack of the test's own whose workers for `job_type` share the solver cache `cache`."""
+
+    stack: Stack
+    job_type: str
+    cache: Path
+
+    def worker(self, node_id: str, **env: str) -> Proc:
+        """A worker for `job_type` with the shared cache."""
+        return self.stack.worker(self.job_type, node_id, SOLVER_CACHE_DIR=str(self.cache), **env)
+
+    def run_jobs(self, url: str, numbers: range) -> list[str]:
+        """Submit one job per number with the shared solver; return their ids."""
+        return [
+            self.stack.api.submit(
+                type=self.job_type, solver_url=url, solver_checksum=CHECKSUM, params={"n": n}
+            )
+            for n in numbers
+        ]
+
+    def assert_completed(self, job_ids: list[str], numbers: range) -> None:
+        """Every job completed with its square."""
+        for job_id, n in zip(job_ids, numbers, strict=True):
+            job = self.stack.api.wait_status(job_id, "completed", "quarantined")
+            assert job["status"] == "completed", job
+            assert job["result"] == {"n": n, "square": n * n}
+
+    def complete(self, url: str, numbers: range) -> list[str]:
+        """Run one job per number to completion; return their ids."""
+        job_ids = self.run_jobs(url, numbers)
+        self.assert_completed(job_ids, numbers)
+        return job_ids
+
+
+@pytest.fixture
+def cache_stack(start_stack: Callable[..., Stack], job_type: str, tmp_path: Path) -> CacheStack:
+    """A fresh stack and job type, with the cache at tmp_path/cache."""
+    return CacheStack(start_stack(), job_type, tmp_path / "cache")
 
 
 async def test_concurrent_jobs_with_one_uncached_solver_download_it_once(
-    start_stack: Callable[..., Stack],
-    job_type: str,
+    cache_stack: CacheStack,
     gated_server: GatedServer,
-    tmp_path: Path,
     temporal: DevServer,
 ) -> None:
-    stack = start_stack()
-    cache = tmp_path / "cache"
-    (gated_server.root / "solver.py").write_text(SOLVER)
-    stack.worker(job_type, "node-a", WORKER_CORES="5", SOLVER_CACHE_DIR=str(cache))
+    url = serve(gated_server)
+    cache_stack.worker("node-a", WORKER_CORES="5")
     numbers = range(5)
-    job_ids = run_jobs(stack, job_type, gated_server.url("solver.py"), numbers)
+    job_ids = cache_stack.run_jobs(url, numbers)
 
     # The first download stalls until all five attempts are on the worker at once.
     client = await Client.connect(temporal.address)
@@ -83,58 +112,46 @@ async def test_concurrent_jobs_with_one_uncached_solver_download_it_once(
         await asyncio.sleep(0.05)
     gated_server.gate.set()
 
-    assert_completed(stack, job_ids, numbers)
+    cache_stack.assert_completed(job_ids, numbers)
     assert gated_server.hits["/solver.py"] == 1
-    assert_cache_is_clean(cache)
+    assert_cache_is_clean(cache_stack.cache)
 
 
 def test_the_cache_survives_a_worker_restart(
-    start_stack: Callable[..., Stack],
-    job_type: str,
+    cache_stack: CacheStack,
     solver_server: SolverServer,
-    tmp_path: Path,
 ) -> None:
-    stack = start_stack()
-    cache = tmp_path / "cache"
-    (solver_server.root / "solver.py").write_text(SOLVER)
-    url = solver_server.url("solver.py")
-    first = stack.worker(job_type, "node-a", SOLVER_CACHE_DIR=str(cache))
-    assert_completed(stack, run_jobs(stack, job_type, url, range(1, 2)), range(1, 2))
+    url = serve(solver_server)
+    first = cache_stack.worker("node-a")
+    cache_stack.complete(url, range(1, 2))
     assert solver_server.hits["/solver.py"] == 1
     assert first.stop() == 0
 
-    stack.worker(job_type, "node-b", SOLVER_CACHE_DIR=str(cache))
-    job_ids = run_jobs(stack, job_type, url, range(2, 4))
-    assert_completed(stack, job_ids, range(2, 4))
+    cache_stack.worker("node-b")
+    job_ids = cache_stack.complete(url, range(2, 4))
 
-    assert stack.api.job(job_ids[-1])["worker_id"] == "node-b"
+    assert cache_stack.stack.api.job(job_ids[-1])["worker_id"] == "node-b"
     assert solver_server.hits["/solver.py"] == 1
-    assert_cache_is_clean(cache)
+    assert_cache_is_clean(cache_stack.cache)
 
 
 def test_a_corrupt_cached_solver_is_fetched_again_and_the_job_completes(
-    start_stack: Callable[..., Stack],
-    job_type: str,
+    cache_stack: CacheStack,
     solver_server: SolverServer,
-    tmp_path: Path,
 ) -> None:
-    stack = start_stack()
-    cache = tmp_path / "cache"
-    (solver_server.root / "solver.py").write_text(SOLVER)
-    url = solver_server.url("solver.py")
-    stack.worker(job_type, "node-a", SOLVER_CACHE_DIR=str(cache))
-    assert_completed(stack, run_jobs(stack, job_type, url, range(1, 2)), range(1, 2))
-    cached = cache / CHECKSUM
+    url = serve(solver_server)
+    cache_stack.worker("node-a")
+    cache_stack.complete(url, range(1, 2))
+    cached = cache_stack.cache / CHECKSUM
     assert cached.read_text() == SOLVER
 
     cached.chmod(0o755)
     cached.write_text(SOLVER.replace('"square"', '"evil"'))
-    job_ids = run_jobs(stack, job_type, url, range(2, 3))
 
-    assert_completed(stack, job_ids, range(2, 3))
-    job = stack.api.job(job_ids[0])
+    job_ids = cache_stack.complete(url, range(2, 3))
+    job = cache_stack.stack.api.job(job_ids[0])
     assert job["attempts"] == 1
     assert job["fail_history"] == []
     assert solver_server.hits["/solver.py"] == 2
     assert cached.read_text() == SOLVER
-    assert_cache_is_clean(cache)
+    assert_cache_is_clean(cache_stack.cache)

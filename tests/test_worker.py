@@ -10,13 +10,16 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from tests.conftest import Solver, Stack, pid_alive, wait_until
+from tests.helpers import statuses
 from worker.devserver import DevServer
 
 # A solver that blocks until `params["release"]` exists (or 120 s pass), counting its
@@ -41,26 +44,37 @@ print(json.dumps({"run": run}))
 """
 
 
-def statuses(job: dict[str, Any]) -> list[str]:
-    """The job's recorded status sequence."""
-    return [t["status"] for t in job["transitions"]]
+@dataclass
+class Gated:
+    """GATED_SOLVER on disk, with its bookkeeping files under `files`."""
+
+    solver: Solver
+    files: Path
+
+    def spec(self, job_type: str, **extra: Any) -> dict[str, Any]:
+        """A job spec running the solver, with the bookkeeping files as params."""
+        params = {
+            "runs": str(self.files / "runs"),
+            "pids": str(self.files / "pids"),
+            "release": str(self.files / "release"),
+            **extra.pop("params", {}),
+        }
+        return self.solver.spec(job_type, params=params, **extra)
+
+    def pids(self) -> list[int]:
+        """Every solver and child pid it recorded."""
+        path = self.files / "pids"
+        return [int(pid) for pid in path.read_text().split()] if path.exists() else []
+
+    def release(self) -> None:
+        """Let every blocked run finish."""
+        (self.files / "release").touch()
 
 
-def gated_spec(solver: Solver, job_type: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
-    """A spec for GATED_SOLVER with its bookkeeping files under tmp_path."""
-    params = {
-        "runs": str(tmp_path / "runs"),
-        "pids": str(tmp_path / "pids"),
-        "release": str(tmp_path / "release"),
-        **extra.pop("params", {}),
-    }
-    return solver.spec(job_type, params=params, **extra)
-
-
-def recorded_pids(tmp_path: Path) -> list[int]:
-    """Every solver and child pid GATED_SOLVER recorded."""
-    path = tmp_path / "pids"
-    return [int(pid) for pid in path.read_text().split()] if path.exists() else []
+@pytest.fixture
+def gated(make_solver: Callable[[str], Solver], tmp_path: Path) -> Gated:
+    """GATED_SOLVER, its bookkeeping files under tmp_path."""
+    return Gated(make_solver(GATED_SOLVER), tmp_path)
 
 
 def running_on(stack: Stack, job_id: str, worker_id: str) -> Callable[[], bool]:
@@ -73,30 +87,38 @@ def running_on(stack: Stack, job_id: str, worker_id: str) -> Callable[[], bool]:
     return check
 
 
+def wait_failed_attempt(stack: Stack, job_id: str, what: str) -> dict[str, Any]:
+    """The job, once it has a failed attempt on record (polled for 20 s at most)."""
+    failed: dict[str, Any] = wait_until(
+        lambda: (job := stack.api.job(job_id))["fail_history"] and job, timeout=20, what=what
+    )
+    return failed
+
+
+def complete_on_node_b(stack: Stack, job_type: str, job_id: str) -> dict[str, Any]:
+    """Start a worker on node-b and wait for the job to complete there."""
+    stack.worker(job_type, "node-b")
+    job = stack.api.wait_status(job_id, "completed", "quarantined")
+    assert job["status"] == "completed"
+    assert job["worker_id"] == "node-b"
+    return job
+
+
 async def test_a_killed_workers_job_is_requeued_after_the_heartbeat_timeout_and_done_elsewhere(
     start_stack: Callable[..., Stack],
     job_type: str,
-    make_solver: Callable[[str], Solver],
-    tmp_path: Path,
+    gated: Gated,
 ) -> None:
     stack = start_stack(JOB_HEARTBEAT_TIMEOUT_S="2")
-    solver = make_solver(GATED_SOLVER)
-    job_id = stack.api.submit(**gated_spec(solver, job_type, tmp_path, max_attempts=3))
+    job_id = stack.api.submit(**gated.spec(job_type, max_attempts=3))
     worker_a = stack.worker(job_type, "node-a")
     wait_until(running_on(stack, job_id, "node-a"), what="the job to run on node-a")
 
     worker_a.kill()
-    requeued = wait_until(
-        lambda: (job := stack.api.job(job_id))["fail_history"] and job,
-        timeout=20,
-        what="the attempt to time out",
-    )
+    requeued = wait_failed_attempt(stack, job_id, what="the attempt to time out")
     assert requeued["status"] == "pending"
-    stack.worker(job_type, "node-b")
-    job = stack.api.wait_status(job_id, "completed", "quarantined")
+    job = complete_on_node_b(stack, job_type, job_id)
 
-    assert job["status"] == "completed"
-    assert job["worker_id"] == "node-b"
     assert job["result"] == {"run": 2}
     assert job["attempts"] == 2
     assert [(f["reason"], f["worker_id"]) for f in job["fail_history"]] == [
@@ -120,19 +142,17 @@ async def test_a_killed_workers_job_is_requeued_after_the_heartbeat_timeout_and_
 async def test_sigterm_stops_claiming_and_lets_the_running_job_finish_within_the_grace_period(
     start_stack: Callable[..., Stack],
     job_type: str,
-    make_solver: Callable[[str], Solver],
-    tmp_path: Path,
+    gated: Gated,
 ) -> None:
     stack = start_stack()
-    solver = make_solver(GATED_SOLVER)
     worker_a = stack.worker(job_type, "node-a", WORKER_CORES="1", WORKER_SHUTDOWN_GRACE_S="30")
-    first = stack.api.submit(**gated_spec(solver, job_type, tmp_path))
+    first = stack.api.submit(**gated.spec(job_type))
     wait_until(running_on(stack, first, "node-a"), what="the first job to run")
-    second = stack.api.submit(**gated_spec(solver, job_type, tmp_path))
+    second = stack.api.submit(**gated.spec(job_type))
 
     worker_a.process.send_signal(signal.SIGTERM)
     wait_until(lambda: "shutting down" in worker_a.output(), what="node-a to begin shutdown")
-    (tmp_path / "release").touch()
+    gated.release()
     assert worker_a.process.wait(30) == 0, worker_a.output()
 
     done = stack.api.job(first)
@@ -143,10 +163,7 @@ async def test_sigterm_stops_claiming_and_lets_the_running_job_finish_within_the
     assert waiting["status"] == "pending"
     assert waiting["attempts"] == 0
 
-    stack.worker(job_type, "node-b")
-    later = stack.api.wait_status(second, "completed", "quarantined")
-    assert later["status"] == "completed"
-    assert later["worker_id"] == "node-b"
+    later = complete_on_node_b(stack, job_type, second)
     assert later["attempts"] == 1
     assert later["fail_history"] == []
 
@@ -154,23 +171,19 @@ async def test_sigterm_stops_claiming_and_lets_the_running_job_finish_within_the
 async def test_a_job_outlasting_the_shutdown_grace_is_requeued_as_worker_shutdown_and_run_again(
     start_stack: Callable[..., Stack],
     job_type: str,
-    make_solver: Callable[[str], Solver],
-    tmp_path: Path,
+    gated: Gated,
 ) -> None:
     # The default 60 s heartbeat timeout: a re-queue within 20 s is the shutdown report.
     stack = start_stack()
-    solver = make_solver(GATED_SOLVER)
     worker_a = stack.worker(job_type, "node-a", WORKER_SHUTDOWN_GRACE_S="2")
-    job_id = stack.api.submit(**gated_spec(solver, job_type, tmp_path, max_attempts=3))
+    job_id = stack.api.submit(**gated.spec(job_type, max_attempts=3))
     wait_until(running_on(stack, job_id, "node-a"), what="the job to run on node-a")
-    pids = wait_until(lambda: recorded_pids(tmp_path), what="the solver to start its child")
+    pids = wait_until(gated.pids, what="the solver to start its child")
     assert len(pids) == 2 and all(pid_alive(pid) for pid in pids)
 
     worker_a.process.send_signal(signal.SIGTERM)
-    requeued = wait_until(
-        lambda: (job := stack.api.job(job_id))["fail_history"] and job,
-        timeout=20,
-        what="the attempt to be reported failed at shutdown",
+    requeued = wait_failed_attempt(
+        stack, job_id, what="the attempt to be reported failed at shutdown"
     )
     assert worker_a.process.wait(30) == 0, worker_a.output()
 
@@ -182,10 +195,7 @@ async def test_a_job_outlasting_the_shutdown_grace_is_requeued_as_worker_shutdow
     for pid in pids:
         wait_until(lambda pid=pid: not pid_alive(pid), timeout=10, what=f"pid {pid} to exit")
 
-    stack.worker(job_type, "node-b")
-    job = stack.api.wait_status(job_id, "completed", "quarantined")
-    assert job["status"] == "completed"
-    assert job["worker_id"] == "node-b"
+    job = complete_on_node_b(stack, job_type, job_id)
     assert job["result"] == {"run": 2}
     assert job["attempts"] == 2
     assert statuses(job) == [
@@ -247,18 +257,17 @@ async def wait_async(condition: Callable[[], Any], timeout: float = 30.0) -> Non
 
 async def test_a_job_waiting_for_a_slot_on_a_busy_worker_keeps_heartbeating(
     start_stack: Callable[..., Stack],
-    make_solver: Callable[[str], Solver],
+    gated: Gated,
     tmp_path: Path,
     temporal: DevServer,
 ) -> None:
     # One core, two types: the second type's task is held while the first job runs.
     stack = start_stack(JOB_HEARTBEAT_TIMEOUT_S="2")
     busy_type, waiting_type = "busy-" + tmp_path.name[-8:], "waiting-" + tmp_path.name[-8:]
-    solver = make_solver(GATED_SOLVER)
     stack.worker(f"{busy_type},{waiting_type}", "node-a", WORKER_CORES="1")
-    busy = stack.api.submit(**gated_spec(solver, busy_type, tmp_path))
+    busy = stack.api.submit(**gated.spec(busy_type))
     wait_until(running_on(stack, busy, "node-a"), what="the busy job to run")
-    waiting = stack.api.submit(**gated_spec(solver, waiting_type, tmp_path))
+    waiting = stack.api.submit(**gated.spec(waiting_type))
     client = await Client.connect(temporal.address)
 
     async def held_past_two_timeouts() -> bool:
@@ -275,7 +284,7 @@ async def test_a_job_waiting_for_a_slot_on_a_busy_worker_keeps_heartbeating(
 
     await wait_async(held_past_two_timeouts, timeout=20)
     assert stack.api.job(waiting)["status"] == "pending"
-    (tmp_path / "release").touch()
+    gated.release()
 
     job = stack.api.wait_status(waiting, "completed", "quarantined")
     assert job["status"] == "completed"

@@ -22,7 +22,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.attempt import solver_outcome, split_command
 from activities.runner import run_solver
-from activities.solver_cache import FetchLimits, SolverCache
 from worker.settings import SolverSettings, _default_node_id, _json_or_csv
 
 log = logging.getLogger("jobforge.agent")
@@ -109,15 +108,7 @@ class Agent:
         self._settings = settings
         self._solver = solver
         self._hub = Hub(settings)
-        self._cache = SolverCache(
-            solver.cache_dir,
-            FetchLimits(
-                max_bytes=solver.max_bytes,
-                timeout_s=solver.fetch_timeout_s,
-                schemes=solver.schemes,
-                allow_private=solver.allow_private_networks,
-            ),
-        )
+        self._cache = solver.cache()
         self._solvers = {t: split_command(c) for t, c in settings.solvers.items()}
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -15,7 +15,6 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.attempt import JobActivities, RunnerConfig, split_command
-from activities.solver_cache import FetchLimits, SolverCache
 from api.temporal import TemporalSettings, connect, metrics_runtime
 from api.workers import SEEN_EVERY_S, register_worker
 from worker.settings import SolverSettings, WorkerSettings
@@ -73,15 +72,7 @@ class NativeWorker:
         self._client = client
         self._temporal = temporal
         self._settings = settings
-        cache = SolverCache(
-            solver.cache_dir,
-            FetchLimits(
-                max_bytes=solver.max_bytes,
-                timeout_s=solver.fetch_timeout_s,
-                schemes=solver.schemes,
-                allow_private=solver.allow_private_networks,
-            ),
-        )
+        cache = solver.cache()
         config = RunnerConfig(
             worker_id=settings.node_id,
             solvers={name: split_command(cmd) for name, cmd in settings.solvers.items()},

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from activities.solver_cache import FetchLimits, SolverCache
 from workflows.urlpolicy import parse_schemes
 
 
@@ -58,6 +59,18 @@ class SolverSettings(BaseSettings):
     def schemes(self) -> frozenset[str]:
         """The allowed URL schemes as a set."""
         return parse_schemes(self.url_schemes)
+
+    def cache(self) -> SolverCache:
+        """The solver cache in `cache_dir`, downloading under these limits."""
+        return SolverCache(
+            self.cache_dir,
+            FetchLimits(
+                max_bytes=self.max_bytes,
+                timeout_s=self.fetch_timeout_s,
+                schemes=self.schemes,
+                allow_private=self.allow_private_networks,
+            ),
+        )
 
 
 class WorkerSettings(BaseSettings):
