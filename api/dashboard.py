@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
-from api.errors import UNAVAILABLE_CODES, ApiError
+from api.errors import ApiError
 from workflows import attributes
 from workflows.job import EVENTS_MEMO
 from workflows.models import EventsMemo, JobStatus
@@ -79,8 +79,8 @@ def seal_page_token(secret: str, query: str, token: bytes) -> str:
 def open_page_token(secret: str, query: str, page_token: str) -> bytes:
     """The Temporal page token inside `page_token`, if this API issued it for `query`.
 
-    Checked here, not by Temporal: a token Temporal cannot parse costs it a failed call
-    that the client retries for about 10 s.
+    Checked here, not by Temporal: Temporal answers a token it cannot parse with
+    `UNKNOWN`, which the client retries for its whole retry budget before the 422.
     """
     try:
         sealed = base64.urlsafe_b64decode(page_token.encode())
@@ -98,7 +98,7 @@ _MAC_BYTES = 16
 
 
 def _page_mac(secret: str, query: str, token: bytes) -> bytes:
-    message = query.encode() + b"\0" + token
+    message = b"page:" + query.encode() + b"\0" + token
     return hmac.new(secret.encode(), message, hashlib.sha256).digest()[:_MAC_BYTES]
 
 
@@ -118,9 +118,9 @@ async def job_page(
     try:
         await iterator.fetch_next_page()
     except RPCError as err:
-        # A token this API issued that Temporal no longer takes: a caller's retry, not
-        # a 5xx.
-        if page_token and err.status not in UNAVAILABLE_CODES:
+        # A token this API issued that Temporal no longer takes: the caller starts
+        # again. Any other failure is Temporal's, answered as such.
+        if page_token and err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
             raise ApiError(
                 422, "page_token: expired, start again without it", field="page_token"
             ) from err
