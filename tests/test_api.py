@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -715,6 +716,17 @@ def test_an_api_without_temporal_still_validates_and_authenticates(
         error_of(dead_api.get("/api/jobs"), 401)
     finally:
         dead_api.headers["Authorization"] = f"Bearer {SECRET}"
+
+
+def test_a_page_token_the_api_did_not_issue_is_refused_without_asking_temporal(
+    dead_api: httpx.Client,
+) -> None:
+    """Temporal is unreachable here, so only a check in the API itself can answer 422."""
+    forged = base64.urlsafe_b64encode(b"0" * 16 + b'{"LastStartTime":1}').decode()
+
+    response = dead_api.get("/api/jobs/page", params={"page_token": forged})
+
+    assert error_of(response, 422) == "page_token: not a token from this API for this query"
 
 
 def test_an_api_without_temporal_is_still_healthy(dead_api: httpx.Client) -> None:
