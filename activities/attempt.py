@@ -46,7 +46,7 @@ class RunnerConfig:
     solvers: dict[str, list[str]] = field(default_factory=dict)
     max_output_bytes: int = 1024 * 1024
     log_tail_bytes: int = 16 * 1024
-    max_memory_mb: int | None = None
+    max_memory_bytes: int | None = None
     # Shared by every job type this process serves: WORKER_CORES jobs at once in all.
     slots: asyncio.Semaphore | None = None
 
@@ -197,9 +197,7 @@ class JobActivities:
                 max_output_bytes=self._config.max_output_bytes,
                 log_tail_bytes=self._config.log_tail_bytes,
                 on_start=on_start,
-                max_memory_bytes=(
-                    self._config.max_memory_mb * 1024 * 1024 if self._config.max_memory_mb else None
-                ),
+                max_memory_bytes=self._config.max_memory_bytes,
             )
         except OSError as err:
             raise ApplicationError(

@@ -36,7 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.errors import ApiError
 from api.jobs import JobService, now_ms
 from api.temporal import TemporalSettings
-from workflows.job import FINAL_FAILURES, REPORT_SIGNAL
+from workflows.job import BRIDGE_IDENTITY_PREFIX, FINAL_FAILURES, REPORT_SIGNAL
 from workflows.models import (
     AttemptInput,
     AttemptReport,
@@ -100,7 +100,7 @@ class Bridge:
         self._jobs = jobs
         self._pumps: dict[str, QueuePump] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._identity = f"jobforge-bridge@{socket.gethostname()}"
+        self._identity = f"{BRIDGE_IDENTITY_PREFIX}{socket.gethostname()}"
 
     # -- claim ---------------------------------------------------------------------
 
@@ -249,12 +249,16 @@ class Bridge:
 
     # -- heartbeat, result, fail ------------------------------------------------------
 
-    async def _held_by(self, job_id: str, worker_id: str) -> Job:
-        job = await self._jobs.get(job_id)
+    async def _held_by(self, job_id: str, worker_id: str, job: Job | None = None) -> Job:
+        """The job, if `worker_id` holds it (`job`: a read the caller already made)."""
+        job = job or await self._jobs.get(job_id)
         deadline = time.monotonic() + CLAIM_APPLY_WAIT_S
+        pause = 0.02
         while job.status == JobStatus.PENDING and time.monotonic() < deadline:
-            # A claim's signal is durable but may not be applied yet: look again.
-            await asyncio.sleep(0.02)
+            # A claim's signal is durable but may not be applied yet: look again, less
+            # often the longer it takes (a really pending job costs a few reads).
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
             job = await self._jobs.get(job_id)
         if job.status == JobStatus.FAILED and job.fail_reason == ErrorType.CANCELLED.value:
             raise ApiError(
@@ -314,7 +318,7 @@ class Bridge:
         job = await self._jobs.get(job_id)
         if job.status == JobStatus.COMPLETED:
             return self._same_result(job, key)
-        job = await self._held_by(job_id, worker_id)
+        job = await self._held_by(job_id, worker_id, job)
         handle = self._attempt_activity(job)
         outcome = AttemptResult(
             worker_id=worker_id, result=result, result_hash=computed, result_key=key

@@ -16,11 +16,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError
-from workflows import attributes
+from api.jobs import job_filter
 from workflows.job import EVENTS_MEMO
 from workflows.models import EventsMemo, JobStatus
-
-JOBS = "WorkflowType = 'JobWorkflow'"
 
 
 class JobSummary(BaseModel):
@@ -42,16 +40,6 @@ class JobPage(BaseModel):
 
     jobs: list[JobSummary]
     next_page_token: str | None
-
-
-def job_filter(status: JobStatus | None, job_type: str | None) -> str:
-    """A visibility query for jobs with this status and type (both optional)."""
-    clauses = [JOBS]
-    if status is not None:
-        clauses.append(f"{attributes.STATUS.name} = '{status.value}'")
-    if job_type is not None:
-        clauses.append(f"{attributes.TYPE.name} = '{job_type}'")
-    return " AND ".join(clauses)
 
 
 def summarize(job_id: str, memo: EventsMemo) -> JobSummary:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 
 from api.errors import unauthorized
 from api.jobs import JobService
@@ -20,14 +21,23 @@ def get_jobs(request: Request) -> JobService:
     return service
 
 
+def bearer_ok(request: Request) -> bool:
+    """Whether the request carries `Authorization: Bearer <FORGE_INGEST_SECRET>`."""
+    secret: str = request.app.state.secret
+    scheme, given = get_authorization_scheme_param(request.headers.get("authorization"))
+    return (
+        scheme.lower() == "bearer"
+        and bool(given)
+        and secrets.compare_digest(given.encode(), secret.encode())
+    )
+
+
 def require_token(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """401 unless the request carries `Authorization: Bearer <FORGE_INGEST_SECRET>`."""
-    secret: str = request.app.state.secret
-    given = credentials.credentials if credentials is not None else ""
-    if not given or not secrets.compare_digest(given.encode(), secret.encode()):
+    """401 unless `bearer_ok` (the `_bearer` dependency documents the scheme in OpenAPI)."""
+    if not bearer_ok(request):
         raise unauthorized()
 
 

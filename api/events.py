@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel
 from temporalio.client import Client
 
-from api.jobs import JobService
+from api.jobs import JOBS, JobService
 from workflows import attributes
 from workflows.job import EVENTS_MEMO
 from workflows.models import ErrorType, EventsMemo, JobStatus, Transition
@@ -162,7 +162,6 @@ class EventFeed:
     jobs: JobService
     settings: FeedSettings = field(default_factory=FeedSettings)
     on_event: Callable[[JobEvent], None] | None = None
-    late_events: int = 0
     lag_ms: float = 0.0
     _cursor: EventKey | None = None
     _start: EventKey | None = None
@@ -246,7 +245,6 @@ class EventFeed:
         late.sort(key=key_of)
         for event in [*late, *fresh]:
             self._emit(event)
-        self.late_events += len(late)
         if fresh:
             self._cursor = key_of(fresh[-1])
         self._forget(cursor.ts - cfg.forget_ms)
@@ -269,9 +267,7 @@ class EventFeed:
             del self._sent[job_id]
 
     async def _changed_since(self, since_ms: int) -> AsyncIterator[tuple[str, EventsMemo]]:
-        query = (
-            f"WorkflowType = 'JobWorkflow' AND {attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
-        )
+        query = f"{JOBS} AND {attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
         async for execution in self.client.list_workflows(query):
             memo = await execution.memo()
             raw = memo.get(EVENTS_MEMO)

@@ -54,6 +54,19 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+JOBS = "WorkflowType = 'JobWorkflow'"
+
+
+def job_filter(status: JobStatus | None, job_type: str | None) -> str:
+    """A visibility query for jobs with this status and type (both optional)."""
+    clauses = [JOBS]
+    if status is not None:
+        clauses.append(f"{attributes.STATUS.name} = '{status.value}'")
+    if job_type is not None:
+        clauses.append(f"{attributes.TYPE.name} = '{job_type}'")
+    return " AND ".join(clauses)
+
+
 def job_id_for_key(key: str) -> str:
     """A stable job id for an idempotency key."""
     return hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -85,6 +98,7 @@ class JobService:
             activity_task_queue=self._temporal.activity_queue(spec.type),
             heartbeat_timeout_ms=int(self._settings.heartbeat_timeout_s * 1000),
         )
+        job = pending_job(inp)
         start = self._client.start_workflow(
             "JobWorkflow",
             inp,
@@ -104,7 +118,7 @@ class JobService:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=f"{spec.type} job",
-            memo={EVENTS_MEMO: events_memo(pending_job(inp))},
+            memo={EVENTS_MEMO: events_memo(job)},
         )
         try:
             await asyncio.gather(start, self._register_type(spec.type))
@@ -122,7 +136,7 @@ class JobService:
                     id=job_id,
                 )
             return existing
-        return pending_job(inp)
+        return job
 
     async def known_types(self) -> list[str]:
         """Every job type submitted so far (the registry's memo, cached for a second)."""
@@ -218,14 +232,9 @@ class JobService:
         self, status: JobStatus | None, job_type: str | None, limit: int, offset: int
     ) -> list[Job]:
         """Jobs in the spec's claim order: priority desc, then created asc."""
-        clauses = ["WorkflowType = 'JobWorkflow'"]
-        if status is not None:
-            clauses.append(f"{attributes.STATUS.name} = '{status.value}'")
-        if job_type is not None:
-            clauses.append(f"{attributes.TYPE.name} = '{job_type}'")
         rows: list[tuple[int, datetime, str]] = []
         async for execution in self._client.list_workflows(
-            " AND ".join(clauses), limit=self._settings.list_scan_max
+            job_filter(status, job_type), limit=self._settings.list_scan_max
         ):
             priority = execution.typed_search_attributes.get(attributes.PRIORITY) or 0
             rows.append((priority, execution.start_time, execution.id))

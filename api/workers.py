@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
-from api.jobs import now_ms
+from api.jobs import JOBS, now_ms
 from api.temporal import TemporalSettings
 from workflows import attributes
 from workflows.models import JobStatus, WorkerInfo, WorkerRecord
@@ -84,7 +84,7 @@ class WorkerDirectory:
         """Every registered worker with liveness and the jobs it holds now."""
         held: Counter[str] = Counter()
         busy = (
-            f"WorkflowType = 'JobWorkflow' AND {attributes.STATUS.name} IN "
+            f"{JOBS} AND {attributes.STATUS.name} IN "
             f"('{JobStatus.ASSIGNED.value}', '{JobStatus.RUNNING.value}')"
         )
         async for execution in self._client.list_workflows(busy, limit=LIST_MAX * 16):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -13,9 +15,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,24 @@ def wait_until(
         if last:
             return last
         time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
+
+
+async def wait_until_async(
+    condition: Callable[[], Awaitable[Any]],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str = "",
+) -> Any:
+    """`wait_until` for an async condition (the event loop runs meanwhile)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await condition()
+        if last:
+            return last
+        await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
 
 
@@ -267,17 +287,42 @@ def make_solver(tmp_path: Path) -> Callable[[str], Solver]:
     return make
 
 
-@dataclass
-class SolverServer:
-    """An HTTP server on loopback that serves files and counts requests per path."""
+@dataclass(kw_only=True)
+class LoopbackServer:
+    """A test HTTP server on 127.0.0.1: its port, and the requests it saw per path."""
 
-    root: Path
-    port: int
+    port: int = 0
     hits: Counter[str] = field(default_factory=Counter)
 
     def url(self, name: str) -> str:
-        """URL of a file under root."""
+        """URL of a path on it."""
         return f"http://127.0.0.1:{self.port}/{name}"
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """Serve `handler` on a free loopback port, a thread per request, without request
+    logging; yields the port and shuts the server down on exit."""
+
+    class Quiet(handler):  # type: ignore[valid-type,misc]
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass(kw_only=True)
+class SolverServer(LoopbackServer):
+    """Serves the files under `root`."""
+
+    root: Path
 
 
 @pytest.fixture
@@ -285,7 +330,7 @@ def solver_server(tmp_path: Path) -> Iterator[SolverServer]:
     """Serve tmp_path/served over HTTP on loopback."""
     root = tmp_path / "served"
     root.mkdir()
-    state = SolverServer(root, 0)
+    state = SolverServer(root=root)
 
     class Handler(SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -295,15 +340,8 @@ def solver_server(tmp_path: Path) -> Iterator[SolverServer]:
             state.hits[self.path] += 1
             super().do_GET()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
+    with serving(Handler) as state.port:
+        yield state
 
 
 # -- isolated stacks: an API and workers on task queues of their own --------------
@@ -390,30 +428,22 @@ async def start_stack(
             proc.stop(timeout=15)
 
 
-@dataclass
-class GatedServer:
-    """An HTTP server on loopback that sends half of a file, then waits for `gate`."""
+@dataclass(kw_only=True)
+class GatedServer(SolverServer):
+    """Sends half of a file under `root`, then waits for `gate`."""
 
-    root: Path
-    port: int
     gate: threading.Event = field(default_factory=threading.Event)
-    hits: Counter[str] = field(default_factory=Counter)
     held: Counter[str] = field(default_factory=Counter)
     aborted: Counter[str] = field(default_factory=Counter)
-
-    def url(self, name: str) -> str:
-        """URL of a file under root."""
-        return f"http://127.0.0.1:{self.port}/{name}"
 
 
 @pytest.fixture
 def gated_server(tmp_path: Path) -> Iterator[GatedServer]:
     """Serve tmp_path/gated; each body stalls half way until the test sets `gate`."""
-    from http.server import BaseHTTPRequestHandler
 
     root = tmp_path / "gated"
     root.mkdir()
-    state = GatedServer(root, 0)
+    state = GatedServer(root=root)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -437,17 +467,9 @@ def gated_server(tmp_path: Path) -> Iterator[GatedServer]:
             except (BrokenPipeError, ConnectionResetError):
                 state.aborted[self.path] += 1
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    state.gate.set()
-    server.shutdown()
+    with serving(Handler) as state.port:
+        yield state
+        state.gate.set()
 
 
 def pid_alive(pid: int) -> bool:

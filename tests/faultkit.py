@@ -21,9 +21,11 @@ Invariants (each ``check_*`` returns a list of problems, ``[]`` when it holds;
     L  ``wait_terminal(http, ids, timeout)`` -> ``{id: job}`` once every job is
        terminal (``completed``, ``quarantined``, or ``failed`` with reason
        ``cancelled``); raises listing the stragglers.
-    R  ``check_results(jobs, tags)``: a completed job has one ``completed`` transition
-       and a result that is its own tag's; ``check_stable(http, jobs, pause_s)`` reads
-       every job again after a pause: its status, result and transitions are unchanged.
+    R  ``check_results(jobs, tags)``: every job completed (the solver double succeeds,
+       and the scenarios give ``max_attempts`` above the faults they inject), with one
+       ``completed`` transition and a result that is its own tag's;
+       ``check_stable(http, jobs, pause_s)`` reads every job again after a pause: its
+       status, result and transitions are unchanged.
     D  ``check_runs(jobs, tags, runs, extra={})``: runs per job <= 1 + the faults that
        hit it (its ``fail_history`` entries, plus ``extra[id]``).
     M  ``check_transitions(jobs)``: each job's ``transitions`` follows ``EDGES``, ``seq``
@@ -234,18 +236,17 @@ def wait_terminal(
 
 
 def check_results(jobs: dict[str, dict[str, Any]], tags: dict[str, str]) -> list[str]:
-    """R: one completion per completed job, carrying its own tag."""
+    """R: every job completed once, carrying its own tag."""
     problems = []
     for job_id, job in jobs.items():
         completions = [t for t in job["transitions"] if t["status"] == "completed"]
-        if job["status"] == "completed":
-            if len(completions) != 1:
-                problems.append(f"{job_id}: {len(completions)} completed transitions")
-            result = job.get("result")
-            if job_id in tags and result != {"tag": tags[job_id]}:
-                problems.append(f"{job_id}: result {result!r} is not its tag {tags[job_id]}")
-        elif completions:
-            problems.append(f"{job_id}: {job['status']} after a completion")
+        if job["status"] != "completed":
+            problems.append(f"{job_id}: {job['status']} ({job.get('fail_reason')}), not completed")
+        elif len(completions) != 1:
+            problems.append(f"{job_id}: {len(completions)} completed transitions")
+        result = job.get("result")
+        if job["status"] == "completed" and result != {"tag": tags.get(job_id)}:
+            problems.append(f"{job_id}: result {result!r} is not its tag {tags.get(job_id)}")
     return problems
 
 

@@ -6,16 +6,14 @@ other worker takes its jobs.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.conftest import PYTHON, GatedServer, Solver, Stack, wait_until
+from tests.conftest import PYTHON, GatedServer, Solver, Stack, wait_until, wait_until_async
 from tests.helpers import statuses
 from worker.devserver import DevServer
 
@@ -30,10 +28,12 @@ async def wait_execution_status(
     temporal: DevServer, job_id: str, expected: WorkflowExecutionStatus
 ) -> None:
     """Poll until the execution has `expected` status (it follows the API's answer)."""
-    deadline = time.monotonic() + 30
-    while (status := await execution_status(temporal, job_id)) != expected:
-        assert time.monotonic() < deadline, f"execution is {status}, not {expected}"
-        await asyncio.sleep(0.05)
+    handle = (await Client.connect(temporal.address)).get_workflow_handle(job_id)
+
+    async def reached() -> bool:
+        return (await handle.describe()).status == expected
+
+    await wait_until_async(reached, what=f"the execution to be {expected.name}")
 
 
 @pytest.fixture

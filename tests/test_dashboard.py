@@ -23,6 +23,13 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 LIVE_TIMEOUT_MS = 45_000
+# Runs until the file `params["release"]` exists (60 s at most), then answers 42.
+GATED_SOLVER = (
+    "deadline = time.time() + 60\n"
+    'while not os.path.exists(params["release"]) and time.time() < deadline:\n'
+    "    time.sleep(0.05)\n"
+    'print(json.dumps({"answer": 42}))\n'
+)
 # Default for actions and expect(); generous, as CI machines may be busy.
 TIMEOUT_MS = 20_000
 
@@ -92,17 +99,21 @@ def test_a_wrong_token_is_refused_and_asked_for_again(page: Page, api: Api) -> N
 
 
 def test_jobs_appear_and_change_live_filter_by_status_and_link_to_temporal(
-    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
 ) -> None:
     sign_in(page, api, job_type=job_type)
     expect(page.locator("#jobs-empty")).to_be_visible()
     page.evaluate("window.notReloaded = true")
 
-    slow = make_solver('time.sleep(2)\nprint(json.dumps({"answer": 42}))\n')
+    # Runs until the test has seen it running (a timed run can be over before the page
+    # shows it on a busy machine).
+    gated = make_solver(GATED_SOLVER)
+    release = tmp_path / "release"
     broken = make_solver('print("no", file=sys.stderr)\nsys.exit(3)\n')
-    done_id = api.submit(**slow.spec(job_type, params={"n": 1}))
+    done_id = api.submit(**gated.spec(job_type, params={"release": str(release)}))
     expect(row(page, done_id)).to_be_visible()
     expect(row(page, done_id)).to_have_attribute("data-status", "running")
+    release.touch()
     expect(row(page, done_id)).to_have_attribute(
         "data-status", "completed", timeout=LIVE_TIMEOUT_MS
     )
@@ -172,16 +183,13 @@ def test_a_refused_cancel_shows_the_apis_409(
 
 
 def test_the_cancel_button_cancels_a_pending_job(
-    browser: Browser,
+    page: Page,
     start_api: Callable[..., Api],
     job_type: str,
     make_solver: Callable[[str], Solver],
 ) -> None:
     # Nothing polls this API's activity queues, so its jobs stay pending.
     lonely = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"dash-{uuid.uuid4().hex[:8]}-")
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
     try:
         sign_in(page, lonely, job_type=job_type)
         job_id = lonely.submit(**make_solver('print("{}")\n').spec(job_type))
@@ -197,16 +205,25 @@ def test_the_cancel_button_cancels_a_pending_job(
         job = lonely.job(job_id)
         assert (job["status"], job["fail_reason"]) == ("failed", "cancelled")
     finally:
-        context.close()
         lonely.proc.stop(timeout=15)
 
 
-def test_the_fleet_shows_workers_with_liveness_and_active_jobs(page: Page, api: Api) -> None:
-    sign_in(page, api)
-    worker = page.locator('#fleet-list .worker[data-worker-id="session-worker"]')
-    expect(worker).to_have_attribute("data-alive", "true")
-    expect(worker.locator(".dot.alive")).to_have_count(1)
-    expect(worker.locator(".active-jobs")).to_have_text(re.compile(r"^\d+ active$"))
+def test_the_fleet_shows_workers_with_liveness_and_active_jobs(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    solver = make_solver(GATED_SOLVER)
+    job_id = api.submit(**solver.spec(job_type, params={"release": str(release)}))
+    try:
+        api.wait_status(job_id, "running")
+        sign_in(page, api)
+        worker = page.locator('#fleet-list .worker[data-worker-id="session-worker"]')
+        expect(worker).to_have_attribute("data-alive", "true")
+        expect(worker.locator(".dot.alive")).to_have_count(1)
+        expect(worker.locator(".active-jobs")).to_have_text(re.compile(r"^[1-9]\d* active$"))
+    finally:
+        release.touch()
+    assert api.wait_status(job_id, "completed")["status"] == "completed"
 
 
 def test_with_events_require_token_the_stream_uses_a_stream_token(

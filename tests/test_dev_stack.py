@@ -50,10 +50,24 @@ def proc_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+def session_of(pid: int) -> int | None:
+    """The process's session id (None once it is gone)."""
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
 def stack_processes(root_pid: int, data_dir: Path) -> dict[int, str]:
-    """The dev process's descendants, plus anything whose command line names the data dir."""
+    """The dev process's descendants, anything left in its session (dev leads one, so an
+    orphaned API or worker stays in it), and anything whose command line names the data
+    dir (the Temporal dev server, which gets a session of its own)."""
     table = proc_table()
-    found = {pid: cmd for pid, (_, cmd) in table.items() if str(data_dir) in cmd}
+    found = {
+        pid: cmd
+        for pid, (_, cmd) in table.items()
+        if str(data_dir) in cmd or session_of(pid) == root_pid
+    }
     frontier = [root_pid]
     while frontier:
         parent = frontier.pop()

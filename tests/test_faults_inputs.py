@@ -15,18 +15,27 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
-from tests.conftest import PYTHON, GatedServer, Solver, Stack, pid_alive, wait_until
+from tests.conftest import (
+    PYTHON,
+    GatedServer,
+    LoopbackServer,
+    Solver,
+    Stack,
+    pid_alive,
+    serving,
+    wait_until,
+    wait_until_async,
+)
 from tests.faultkit import FULL, check_cache, check_transitions
 from worker.devserver import DevServer
 
@@ -119,11 +128,11 @@ async def test_each_idempotency_key_submitted_three_times_at_once_makes_one_job(
     async def count() -> int:
         return (await client.count_workflows(query)).count
 
-    deadline = time.monotonic() + 30
-    while (seen := await count()) < len(keys):
-        assert time.monotonic() < deadline, seen
-        await asyncio.sleep(0.2)
-    await asyncio.sleep(1.0)
+    async def all_counted() -> bool:
+        return await count() >= len(keys)
+
+    await wait_until_async(all_counted, interval=0.2, what=f"{len(keys)} workflows")
+    await asyncio.sleep(1.0)  # read again after a pause: no workflow is added later
     assert await count() == len(keys)
 
     # The same key with another body is refused.
@@ -266,23 +275,17 @@ def marker_solver(marker: Path) -> str:
     return f"#!{PYTHON}\nopen({str(marker)!r}, 'w').close()\nprint(1)\n"
 
 
-@dataclass
-class HostileServer:
-    """Loopback HTTP server: `/good`, `/wrong`, `/truncated`, `/drip`, `/huge`, `/to-file`."""
+@dataclass(kw_only=True)
+class HostileServer(LoopbackServer):
+    """Paths `/good`, `/wrong`, `/truncated`, `/drip`, `/huge`, `/to-file`: one behaviour each."""
 
-    port: int
     marker_body: bytes
-    hits: Counter[str] = field(default_factory=Counter)
-
-    def url(self, name: str) -> str:
-        """URL of one behaviour."""
-        return f"http://127.0.0.1:{self.port}/{name}"
 
 
 @pytest.fixture
 def hostile_server(tmp_path: Path) -> Iterator[HostileServer]:
     """A server whose every path misbehaves in its own way."""
-    state = HostileServer(0, marker_solver(tmp_path / "ran").encode())
+    state = HostileServer(marker_body=marker_solver(tmp_path / "ran").encode())
 
     class Handler(BaseHTTPRequestHandler):
         def send(self, data: bytes) -> None:
@@ -320,15 +323,8 @@ def hostile_server(tmp_path: Path) -> Iterator[HostileServer]:
             if name == "truncated":
                 self.connection.shutdown(socket.SHUT_RDWR)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state
-    server.shutdown()
+    with serving(Handler) as state.port:
+        yield state
 
 
 def test_hostile_downloads_are_refused_and_nothing_unverified_runs(
@@ -354,7 +350,7 @@ def test_hostile_downloads_are_refused_and_nothing_unverified_runs(
         "truncated": ("solver_fetch_failed", 1, "RemoteProtocolError"),
         "drip": ("solver_fetch_failed", 2, "exceeded 2 s"),
         "huge": ("solver_fetch_failed", 2, "larger than 1048576 bytes"),
-        "to-file": ("solver_fetch_failed", 1, "file"),
+        "to-file": ("solver_fetch_failed", 1, "scheme 'file' is not allowed"),
     }
     ids = {
         name: stack.api.submit(

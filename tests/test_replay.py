@@ -24,7 +24,7 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from tests.changed_workflows import ChangedJobWorkflow, ChangedRegistry
-from tests.conftest import Api, Solver
+from tests.conftest import Api, Solver, wait_until_async
 from worker.devserver import DevServer
 from worker.main import workflow_runner
 from workflows.job import JobWorkflow
@@ -84,21 +84,10 @@ async def save_when_closed(client: Client, workflow_id: str, name: str) -> None:
         status = (await handle.describe()).status
         return status is not None and status != WorkflowExecutionStatus.RUNNING
 
-    await poll(closed, what=f"{workflow_id} to close")
+    await wait_until_async(closed, timeout=60, what=f"{workflow_id} to close")
     history = await handle.fetch_history()
     HISTORIES.mkdir(exist_ok=True)
     history_file(name).write_text(history.to_json() + "\n")
-
-
-async def poll(condition: Callable[[], Any], *, what: str, timeout: float = 60.0) -> None:
-    """wait_until for an async condition (the event loop keeps running meanwhile)."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 @pytest.mark.skipif(not RECORD, reason="set JOBFORGE_RECORD_HISTORIES=1 to record histories")
@@ -159,7 +148,7 @@ async def test_recording_fresh_histories_from_real_runs(
         memo = await (await handle.describe()).memo()
         return memo.get(TYPES_MEMO) == ["alpha", "beta"]
 
-    await poll(memo_has_both, what="the registry memo to hold both types")
+    await wait_until_async(memo_has_both, timeout=60, what="the registry memo to hold both types")
     history = await handle.fetch_history()
     history_file("registry-two-types").write_text(history.to_json() + "\n")
     await handle.terminate("recorded")

@@ -5,9 +5,7 @@ Each test runs its own API and workers on private task queues (`start_stack`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from tests.conftest import PYTHON, GatedServer, Proc, SolverServer, Stack
+from tests.conftest import PYTHON, GatedServer, Proc, SolverServer, Stack, wait_until_async
 from worker.devserver import DevServer
 
 SOLVER = f"""#!{PYTHON}
@@ -106,10 +104,10 @@ async def test_concurrent_jobs_with_one_uncached_solver_download_it_once(
                 return False
         return True
 
-    deadline = time.monotonic() + 30
-    while not (gated_server.held["/solver.py"] and await all_started()):
-        assert time.monotonic() < deadline, "the five attempts never ran at once"
-        await asyncio.sleep(0.05)
+    async def held_with_all_started() -> bool:
+        return bool(gated_server.held["/solver.py"]) and await all_started()
+
+    await wait_until_async(held_with_all_started, what="the five attempts to run at once")
     gated_server.gate.set()
 
     cache_stack.assert_completed(job_ids, numbers)

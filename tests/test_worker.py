@@ -6,9 +6,7 @@ the session worker, which serves every type it learns of, never takes these jobs
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from tests.conftest import Solver, Stack, pid_alive, wait_until
+from tests.conftest import Solver, Stack, pid_alive, wait_until, wait_until_async
 from tests.helpers import statuses
 from worker.devserver import DevServer
 
@@ -235,7 +233,9 @@ async def test_a_backlog_runs_by_priority_then_in_submission_order(
         # Within a priority key Temporal is FIFO by when an attempt reaches the queue,
         # which for jobs submitted milliseconds apart can differ from submission order
         # (concurrent workflow tasks); so each job's attempt is queued before the next.
-        await wait_async(lambda: attempt_scheduled(temporal, job_ids[-1:]))
+        await wait_until_async(
+            lambda: attempt_scheduled(temporal, job_ids[-1:]), what="the attempt to be queued"
+        )
 
     stack.worker(job_type, "node-a", WORKER_CORES="1")
     for job_id in job_ids:
@@ -245,14 +245,6 @@ async def test_a_backlog_runs_by_priority_then_in_submission_order(
     expected = sorted(range(len(priorities)), key=lambda seq: (-priorities[seq], seq))
     assert expected == [3, 6, 1, 5, 0, 4, 2, 7]
     assert ran == expected
-
-
-async def wait_async(condition: Callable[[], Any], timeout: float = 30.0) -> None:
-    """wait_until for an async condition."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
-        await asyncio.sleep(0.05)
 
 
 async def test_a_job_waiting_for_a_slot_on_a_busy_worker_keeps_heartbeating(
@@ -282,7 +274,7 @@ async def test_a_job_waiting_for_a_slot_on_a_busy_worker_keeps_heartbeating(
         started = attempt.last_started_time.ToMilliseconds()
         return bool(attempt.last_heartbeat_time.ToMilliseconds() - started > 4000)
 
-    await wait_async(held_past_two_timeouts, timeout=20)
+    await wait_until_async(held_past_two_timeouts, timeout=20, what="two heartbeat timeouts")
     assert stack.api.job(waiting)["status"] == "pending"
     gated.release()
 

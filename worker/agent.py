@@ -241,6 +241,7 @@ class Agent:
             max_output_bytes=self._solver.max_output_bytes,
             log_tail_bytes=self._solver.log_tail_bytes,
             on_start=on_start,
+            max_memory_bytes=self._solver.max_memory_bytes,
         )
         return solver_outcome(run, self._settings.node_id, self._solver.max_output_bytes)
 

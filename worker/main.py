@@ -78,7 +78,7 @@ class NativeWorker:
             solvers={name: split_command(cmd) for name, cmd in settings.solvers.items()},
             max_output_bytes=solver.max_output_bytes,
             log_tail_bytes=solver.log_tail_bytes,
-            max_memory_mb=solver.max_memory_mb or None,
+            max_memory_bytes=solver.max_memory_bytes,
             slots=asyncio.Semaphore(settings.cores),
         )
         self._activities = JobActivities(client, cache, config)

@@ -60,6 +60,11 @@ class SolverSettings(BaseSettings):
         """The allowed URL schemes as a set."""
         return parse_schemes(self.url_schemes)
 
+    @property
+    def max_memory_bytes(self) -> int | None:
+        """Each solver's RLIMIT_AS, or None for no limit."""
+        return self.max_memory_mb * 1024 * 1024 or None
+
     def cache(self) -> SolverCache:
         """The solver cache in `cache_dir`, downloading under these limits."""
         return SolverCache(

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
-from api.deps import Authorized
+from api.deps import Authorized, bearer_ok
 from api.errors import ApiError
 from api.events import EventFeed, JobEvent, key_of
 from workflows.models import TYPE_PATTERN, JobStatus
@@ -69,13 +69,15 @@ def stream_access(
     """Open by default; with EVENTS_REQUIRE_TOKEN, a bearer or a stream token."""
     if not request.app.state.events_require_token:
         return
-    secret: str = request.app.state.secret
-    bearer = request.headers.get("authorization", "")
-    if hmac.compare_digest(bearer.encode(), f"Bearer {secret}".encode()):
+    if bearer_ok(request):
         return
-    if token and stream_token_valid(secret, token, time.time()):
+    if token and stream_token_valid(request.app.state.secret, token, time.time()):
         return
-    raise ApiError(401, "events need a bearer token or a stream token (?token=)")
+    raise ApiError(
+        401,
+        "events need a bearer token or a stream token (?token=)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def event_filter(
