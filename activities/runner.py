@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import errno
 import os
 import resource
+import shutil
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -74,13 +75,17 @@ async def run_solver(
     solver that allocates without bound fails on its own instead of starving the worker.
     """
     process = await asyncio.create_subprocess_exec(
-        *argv,
+        *_launcher(argv),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_child_setup(max_memory_bytes, os.getpid()),
     )
+    if max_memory_bytes:
+        # Applied from outside just after the start (no Python may run in the child
+        # between fork and exec); the solver has at most begun its own start-up by then.
+        with contextlib.suppress(ProcessLookupError):
+            resource.prlimit(process.pid, resource.RLIMIT_AS, (max_memory_bytes, max_memory_bytes))
     pgid = process.pid
     overflow = asyncio.Event()
     assert process.stdout is not None and process.stderr is not None
@@ -120,21 +125,24 @@ async def run_solver(
     )
 
 
-_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: prctl in the child
-PR_SET_PDEATHSIG = 1
+# The solver runs under util-linux's setpriv, which sets its parent-death signal and then
+# execs it: a worker that dies outright (SIGKILL) takes its solver with it, so no solver
+# runs on beside the re-run of its attempt. Not a Python preexec_fn: forking a
+# multi-threaded worker and running Python in the child can deadlock that child, and
+# the worker's event loop with it, waiting for the exec.
+SETPRIV = shutil.which("setpriv")
 
 
-def _child_setup(memory_limit: int | None, parent: int) -> Callable[[], None]:
-    def apply() -> None:  # runs in the child between fork and exec
-        # A worker that dies outright (SIGKILL) takes its solver with it, so no
-        # solver runs on beside the re-run of its attempt.
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)  # the worker died before the line above took effect
-        if memory_limit:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-
-    return apply
+def _launcher(argv: list[str]) -> list[str]:
+    """`argv` behind setpriv; a missing or non-executable program fails here, as an
+    exec of it would."""
+    program = shutil.which(argv[0])
+    if program is None:
+        code = errno.EACCES if os.path.exists(argv[0]) else errno.ENOENT
+        raise OSError(code, os.strerror(code), argv[0])
+    if SETPRIV is None:
+        return [program, *argv[1:]]
+    return [SETPRIV, "--pdeathsig", "KILL", "--", program, *argv[1:]]
 
 
 async def _exited(process: asyncio.subprocess.Process) -> None:
