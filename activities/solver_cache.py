@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import socket
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -22,8 +21,9 @@ from urllib.parse import unquote, urljoin, urlsplit
 import httpx
 from temporalio.exceptions import ApplicationError
 
-from workflows.models import ErrorType
-from workflows.urlpolicy import literal_ip, private_address, url_shape_problem
+from engine.solver_urls import SolverUrlRefused, check_host
+from workflows.errors import ErrorType
+from workflows.url_policy import url_shape_problem
 
 CHUNK = 256 * 1024
 MAX_REDIRECTS = 5
@@ -227,22 +227,9 @@ class SolverCache:
         problem = url_shape_problem(url, self.limits.schemes)
         if problem is not None:
             raise ApplicationError(problem, type=ErrorType.SOLVER_FETCH_FAILED, non_retryable=True)
-        host = urlsplit(url).hostname
-        if self.limits.allow_private or host is None:
-            return
-        addresses = [literal_ip(host)] if literal_ip(host) else await _resolve(host)
-        bad = private_address(a for a in addresses if a)
-        if bad is not None:
+        try:
+            await check_host(url, self.limits.allow_private)
+        except SolverUrlRefused as err:
             raise ApplicationError(
-                f"solver_url host {host} resolves to non-public address {bad}",
-                type=ErrorType.SOLVER_FETCH_FAILED,
-                non_retryable=True,
-            )
-
-
-async def _resolve(host: str) -> list[str]:
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError as err:
-        raise _fetch_failed(f"cannot resolve solver host {host}: {err}") from err
-    return [str(info[4][0]) for info in infos]
+                err.message, type=ErrorType.SOLVER_FETCH_FAILED, non_retryable=not err.transient
+            ) from err

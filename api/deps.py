@@ -1,29 +1,105 @@
-"""FastAPI dependencies: the job service and bearer auth."""
+"""FastAPI dependencies: every service a route uses, as an `Annotated` alias, and the
+bearer check. The app keeps one `Services` (built at startup); routes never read
+`app.state` themselves."""
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
+from temporalio.client import Client
 
-from api.errors import unauthorized
-from api.jobs import JobService
+from api.agent_bridge import Bridge
+from api.event_feed import EventFeed
+from api.job_service import JobService
+from api.job_views import JobViews
+from api.metrics_registry import Metrics
+from api.settings import ApiSettings
+from api.worker_directory import WorkerDirectory
+from engine.connection import TemporalSettings
+from workflows.errors import Unauthorized
 
 _bearer = HTTPBearer(auto_error=False, description="FORGE_INGEST_SECRET")
 
 
+@dataclass
+class Services:
+    """What the API process runs on, built once at startup."""
+
+    client: Client
+    jobs: JobService
+    views: JobViews
+    bridge: Bridge
+    workers: WorkerDirectory
+    feed: EventFeed
+
+
+@dataclass(frozen=True)
+class Config:
+    """The settings routes read, fixed when the app is built."""
+
+    api: ApiSettings
+    temporal: TemporalSettings
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
 def get_jobs(request: Request) -> JobService:
-    """The process's JobService (built at startup)."""
-    service: JobService = request.app.state.jobs
-    return service
+    """The job service."""
+    return _services(request).jobs
+
+
+def get_views(request: Request) -> JobViews:
+    """Pages and counts of jobs, from visibility."""
+    return _services(request).views
+
+
+def get_bridge(request: Request) -> Bridge:
+    """The HTTP-agent bridge."""
+    return _services(request).bridge
+
+
+def get_workers(request: Request) -> WorkerDirectory:
+    """The worker directory."""
+    return _services(request).workers
+
+
+def get_feed(request: Request) -> EventFeed:
+    """The event feed."""
+    return _services(request).feed
+
+
+def get_metrics(request: Request) -> Metrics:
+    """The Prometheus registry (exists before startup: counters are cheap)."""
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+def get_config(request: Request) -> Config:
+    """The app's settings."""
+    config: Config = request.app.state.config
+    return config
+
+
+JobsDep = Annotated[JobService, Depends(get_jobs)]
+ViewsDep = Annotated[JobViews, Depends(get_views)]
+BridgeDep = Annotated[Bridge, Depends(get_bridge)]
+WorkersDep = Annotated[WorkerDirectory, Depends(get_workers)]
+FeedDep = Annotated[EventFeed, Depends(get_feed)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+ConfigDep = Annotated[Config, Depends(get_config)]
 
 
 def bearer_ok(request: Request) -> bool:
     """Whether the request carries `Authorization: Bearer <FORGE_INGEST_SECRET>`."""
-    secret: str = request.app.state.secret
+    secret = get_config(request).api.forge_ingest_secret
     scheme, given = get_authorization_scheme_param(request.headers.get("authorization"))
     return (
         scheme.lower() == "bearer"
@@ -38,8 +114,7 @@ def require_token(
 ) -> None:
     """401 unless `bearer_ok` (the `_bearer` dependency documents the scheme in OpenAPI)."""
     if not bearer_ok(request):
-        raise unauthorized()
+        raise Unauthorized("missing or invalid bearer token (FORGE_INGEST_SECRET)")
 
 
-JobsDep = Annotated[JobService, Depends(get_jobs)]
 Authorized = Depends(require_token)

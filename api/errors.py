@@ -1,4 +1,5 @@
-"""One place that turns failures into HTTP answers."""
+"""One place that turns failures into HTTP answers: the domain errors services raise
+(workflows/errors.py), Temporal's own failures, and FastAPI's validation errors."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 from temporalio.service import RPCError, RPCStatusCode
 
+from workflows.errors import (
+    InvalidField,
+    JobConflict,
+    JobforgeError,
+    JobNotFound,
+    TemporalCallFailed,
+    TemporalUnavailable,
+    Unauthorized,
+)
+
 log = logging.getLogger("jobforge.api")
 
 UNAVAILABLE_CODES = frozenset(
@@ -24,41 +35,28 @@ UNAVAILABLE_CODES = frozenset(
 RETRY_AFTER = {"Retry-After": "1"}
 
 
-class ApiError(Exception):
-    """An answer other than success: an HTTP status, a message, extra JSON fields."""
-
-    def __init__(
-        self,
-        http_status: int,
-        message: str,
-        *,
-        headers: dict[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.message = message
-        self.headers = headers
-        self.extra = extra
+# Each domain error's HTTP status, and headers its answer carries.
+STATUS: dict[type[JobforgeError], int] = {
+    InvalidField: 422,
+    JobNotFound: 404,
+    JobConflict: 409,
+    Unauthorized: 401,
+    TemporalUnavailable: 503,
+    TemporalCallFailed: 502,
+}
+HEADERS: dict[type[JobforgeError], dict[str, str]] = {
+    # RFC 9110: a 401 names its scheme; a 503 says when to come back.
+    Unauthorized: {"WWW-Authenticate": "Bearer"},
+    TemporalUnavailable: RETRY_AFTER,
+}
 
 
-def unauthorized() -> ApiError:
-    """401 for a missing or wrong bearer token (with the challenge RFC 9110 requires)."""
-    return ApiError(
-        401,
-        "missing or invalid bearer token (FORGE_INGEST_SECRET)",
-        headers={"WWW-Authenticate": "Bearer"},
-    )
-
-
-def not_found(job_id: str) -> ApiError:
-    """404 for an unknown job id."""
-    return ApiError(404, f"job {job_id} not found", id=job_id)
-
-
-def temporal_unavailable(detail: str) -> ApiError:
-    """503 while Temporal cannot be reached."""
-    return ApiError(503, f"Temporal is unavailable, try again: {detail}", headers=RETRY_AFTER)
+def http_status(err: JobforgeError) -> int:
+    """The status of a domain error (its class or the nearest base in the table)."""
+    for cls in type(err).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
 
 
 def is_unavailable(err: BaseException) -> bool:
@@ -115,10 +113,15 @@ def _allowed(request: Request) -> str:
 def install(app: FastAPI) -> None:
     """Register the handlers on `app`."""
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, err: ApiError) -> JSONResponse:
+    @app.exception_handler(JobforgeError)
+    async def _domain(_: Request, err: JobforgeError) -> JSONResponse:
+        status = http_status(err)
+        if status >= 500:
+            log.warning("%s: %s", type(err).__name__, err.message)
         return JSONResponse(
-            {"error": err.message, **err.extra}, status_code=err.http_status, headers=err.headers
+            {"error": err.message, **err.extra},
+            status_code=status,
+            headers=HEADERS.get(type(err)),
         )
 
     @app.exception_handler(HTTPException)
@@ -126,17 +129,25 @@ def install(app: FastAPI) -> None:
         # Starlette's own answers (404 route, 405, FastAPI's 400 for an unparsable
         # body) in the same {"error": ...} shape as everything else.
         headers = err.headers
+        message = str(err.detail)
         if err.status_code == 405:
             headers = {**(headers or {}), "Allow": _allowed(request)}
-        return JSONResponse(
-            {"error": str(err.detail)}, status_code=err.status_code, headers=headers
-        )
+        if err.status_code == 413:
+            limit = request.app.state.max_body_bytes
+            message = f"request body is larger than {limit} bytes"
+        return JSONResponse({"error": message}, status_code=err.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
         errors = err.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         message = f"{_field(first.get('loc', ()), first.get('type'))}: {_message(first)}"
+        if _body_not_json(request, first):
+            message = (
+                f"body: not sent as JSON (Content-Type is "
+                f"{request.headers.get('content-type') or 'missing'}); "
+                "send it with Content-Type: application/json"
+            )
         detail = [
             {
                 "field": _field(e.get("loc", ()), e.get("type")),
@@ -148,103 +159,28 @@ def install(app: FastAPI) -> None:
         return JSONResponse({"error": message, "detail": detail}, status_code=422)
 
     @app.exception_handler(RPCError)
-    async def _rpc(_: Request, err: RPCError) -> JSONResponse:
+    async def _rpc(request: Request, err: RPCError) -> JSONResponse:
         if err.status in UNAVAILABLE_CODES or no_workflow_worker(err):
-            return JSONResponse(
-                {"error": f"Temporal is unavailable, try again: {err.message}"},
-                status_code=503,
-                headers=RETRY_AFTER,
-            )
-        log.error("Temporal call failed: %s (%s)", err.message, err.status)
-        return JSONResponse({"error": f"Temporal call failed: {err.message}"}, status_code=502)
+            return await _domain(request, TemporalUnavailable(err.message))
+        return await _domain(request, TemporalCallFailed(f"Temporal call failed: {err.message}"))
 
     @app.exception_handler(RuntimeError)
-    async def _runtime(_: Request, err: RuntimeError) -> JSONResponse:
+    async def _runtime(request: Request, err: RuntimeError) -> JSONResponse:
         if is_unavailable(err):
-            return JSONResponse(
-                {"error": f"Temporal is unavailable, try again: {err}"},
-                status_code=503,
-                headers=RETRY_AFTER,
-            )
+            return await _domain(request, TemporalUnavailable(str(err)))
         log.exception("unexpected error", exc_info=err)
         return JSONResponse({"error": "internal error"}, status_code=500)
 
 
-_ERROR_REF = {"$ref": "#/components/schemas/Error"}
-_ERROR_SCHEMA: dict[str, Any] = {
-    "title": "Error",
-    "type": "object",
-    "required": ["error"],
-    "properties": {"error": {"type": "string"}},
-    "additionalProperties": True,
-}
-_VALIDATION_SCHEMA: dict[str, Any] = {
-    "title": "HTTPValidationError",
-    "type": "object",
-    "required": ["error"],
-    "additionalProperties": True,
-    "properties": {
-        "error": {"type": "string"},
-        "detail": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["field", "message", "type"],
-                "properties": {
-                    "field": {"type": "string"},
-                    "message": {"type": "string"},
-                    "type": {"type": "string"},
-                },
-            },
-        },
-    },
-}
-
-
-def document(app: FastAPI) -> None:
-    """Make /openapi.json describe the error answers the handlers above really give.
-
-    FastAPI documents its own 422 shape (`loc`/`msg`) and no other error; the API
-    answers 422 as `{"error", "detail": [{"field", "message", "type"}]}`, and 401 on a
-    route behind the token, 404/409 on a job's routes, 413 on a body over the limit,
-    503 while Temporal is unreachable, all as `{"error": ...}`.
-    """
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema:
-            return app.openapi_schema
-        schema = build()
-        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
-        schemas["HTTPValidationError"] = _VALIDATION_SCHEMA
-        schemas.pop("ValidationError", None)
-        schemas["Error"] = _ERROR_SCHEMA
-        for path, item in schema.get("paths", {}).items():
-            for method, operation in item.items():
-                responses = operation.setdefault("responses", {})
-
-                def add(code: str, description: str, responses: dict[str, Any] = responses) -> None:
-                    responses.setdefault(
-                        code,
-                        {
-                            "description": description,
-                            "content": {"application/json": {"schema": _ERROR_REF}},
-                        },
-                    )
-
-                if "requestBody" in operation:
-                    add("400", "Body is not parseable")
-                if operation.get("security"):
-                    add("401", "Missing or invalid bearer token")
-                if "{job_id}" in path:
-                    add("404", "No such job")
-                if method in ("post", "delete") and path.startswith("/api/jobs"):
-                    add("409", "Conflicts with the job's state or an earlier request")
-                if method in ("post", "put", "patch"):
-                    add("413", "Body larger than MAX_BODY_BYTES")
-                if path.startswith("/api/"):
-                    add("503", "Temporal is unavailable; try again")
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
+def _body_not_json(request: Request, error: Any) -> bool:
+    """A body that failed validation because it was not sent as JSON (FastAPI then
+    sees no body, or a string, where a JSON object belongs)."""
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return False
+    if tuple(error.get("loc", ()))[:1] != ("body",):
+        return False
+    length = request.headers.get("content-length", "")
+    if not (length.isdigit() and int(length) > 0) and "transfer-encoding" not in request.headers:
+        return False  # no body at all: "Field required" says it
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return content_type != "application/json" and not content_type.endswith("+json")

@@ -1,4 +1,4 @@
-"""The FastAPI application: the REST facade over Temporal."""
+"""The FastAPI application: the REST facade over Temporal, wired in one place."""
 
 from __future__ import annotations
 
@@ -8,83 +8,47 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.datastructures import Headers
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import errors
-from api.bridge import Bridge
-from api.events import EventFeed, FeedSettings
-from api.jobs import JobService
-from api.metrics import Metrics
-from api.routes import agents, dashboard, events, health, jobs
+from api import errors, openapi
+from api.agent_bridge import Bridge
+from api.deps import Config, Services
+from api.event_feed import EventFeed, FeedSettings
+from api.job_service import JobService
+from api.job_views import JobViews
+from api.metrics_registry import Metrics
+from api.routes import agents, dashboard, events, health, jobs, metrics, workers
 from api.settings import ApiSettings
-from api.temporal import TemporalSettings, connect
-from api.workers import WorkerDirectory
+from api.worker_directory import WorkerDirectory
+from engine.connection import TemporalSettings, connect
+from engine.solver_urls import SolverUrlSettings
 
 log = logging.getLogger("jobforge.api")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
-class BodyLimit:
-    """413 for request bodies over the limit, declared or streamed."""
+class DeclaredBodyLimit:
+    """413 in the API's JSON shape for a body whose Content-Length is over the limit,
+    before the app reads it. A streamed body over the limit is Starlette's
+    `RequestBodyLimitMiddleware`'s, answered through api/errors.py; a declared one
+    would get that middleware's plain-text answer."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send)
-            return
-        seen = 0
-        too_big = False
-        started = False
-
-        async def counted() -> Message:
-            nonlocal seen, too_big
-            if too_big:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    too_big = True
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def guarded(message: Message) -> None:
-            # The app answers the cut-off body itself (FastAPI: 400 "error parsing the
-            # body"); that answer is dropped and replaced by the 413.
-            nonlocal started
-            if too_big and not started:
+        if scope["type"] == "http":
+            declared = Headers(scope=scope).get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                message = f"request body is larger than {self.max_bytes} bytes"
+                await JSONResponse({"error": message}, status_code=413)(scope, receive, send)
                 return
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counted, guarded)
-        except Exception:
-            if not too_big or started:
-                raise
-        if too_big and not started:
-            await self._reject(send)
-
-    async def _reject(self, send: Send) -> None:
-        body = b'{"error":"request body is larger than %d bytes"}' % self.max_bytes
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await self.app(scope, receive, send)
 
 
 async def _dashboard_page() -> FileResponse:
@@ -92,27 +56,36 @@ async def _dashboard_page() -> FileResponse:
 
 
 def create_app(
-    settings: ApiSettings | None = None, temporal: TemporalSettings | None = None
+    settings: ApiSettings | None = None,
+    temporal: TemporalSettings | None = None,
+    solver_urls: SolverUrlSettings | None = None,
 ) -> FastAPI:
     """Build the app; it connects to Temporal lazily, so it starts while Temporal is down."""
     settings = (settings or ApiSettings()).with_secret()
     temporal = temporal or TemporalSettings()
+    solver_urls = solver_urls or SolverUrlSettings()
+    registry = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
-        app.state.jobs = JobService(client, temporal, settings)
-        app.state.bridge = Bridge(client, temporal, app.state.jobs)
-        app.state.workers = WorkerDirectory(client, temporal, settings.heartbeat_timeout_s)
-        app.state.client = client
-        app.state.feed = EventFeed(
+        job_service = JobService(client, temporal, settings, solver_urls)
+        feed = EventFeed(
             client,
-            app.state.jobs,
+            job_service,
             FeedSettings(poll_ms=settings.events_poll_ms, settle_ms=settings.events_settle_ms),
-            on_event=app.state.metrics.observe,
+            on_event=registry.observe,
+        )
+        app.state.services = Services(
+            client=client,
+            jobs=job_service,
+            views=JobViews(client, settings.forge_ingest_secret),
+            bridge=Bridge(client, temporal, job_service),
+            workers=WorkerDirectory(client, temporal, settings.heartbeat_timeout_s),
+            feed=feed,
         )
         yield
-        await app.state.feed.stop()
+        await feed.stop()
 
     app = FastAPI(
         title="jobforge",
@@ -120,21 +93,19 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.secret = settings.forge_ingest_secret
-    app.state.temporal = temporal
+    app.state.config = Config(api=settings, temporal=temporal)
+    app.state.metrics = registry
+    app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)
-    app.include_router(health.router)
-    app.state.events_require_token = settings.events_require_token
-    app.state.metrics = Metrics()
-    app.include_router(dashboard.router)
-    app.include_router(dashboard.open_router)
-    app.include_router(events.router)
-    app.include_router(agents.router)
-    app.include_router(jobs.router)
+    for module in (health, metrics, dashboard, events, workers, agents, jobs):
+        app.include_router(module.router)
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.
     app.add_api_route("/", _dashboard_page, methods=["GET", "HEAD"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    errors.document(app)
+    # Starlette's body limit counts a streamed body and raises a 413 that api/errors.py
+    # answers as JSON; a declared length over the limit is refused before it.
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=settings.max_body_bytes)
+    app.add_middleware(DeclaredBodyLimit, max_bytes=settings.max_body_bytes)
+    openapi.document(app)
     return app

@@ -7,15 +7,14 @@ import secrets
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workflows.urlpolicy import parse_schemes
-
 # Descending lower bounds: priority >= 10 → key 1, >= 1 → 2, >= 0 → 3 (the default),
 # >= -9 → 4, below → 5.
 DEFAULT_PRIORITY_THRESHOLDS = "10,1,0,-9"
 
 
 class ApiSettings(BaseSettings):
-    """The REST facade's knobs."""
+    """The REST facade's knobs (the solver-URL policy it applies at submit is
+    `engine.solver_urls.SolverUrlSettings`, the workers' own)."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
@@ -34,10 +33,6 @@ class ApiSettings(BaseSettings):
     temporal_retry_ms: int = Field(
         default=2000, ge=0, le=60_000, validation_alias="API_TEMPORAL_RETRY_MS"
     )
-    solver_url_schemes: str = Field(default="https", validation_alias="SOLVER_URL_SCHEMES")
-    solver_allow_private_networks: bool = Field(
-        default=False, validation_alias="SOLVER_ALLOW_PRIVATE_NETWORKS"
-    )
 
     @field_validator("priority_thresholds")
     @classmethod
@@ -51,11 +46,6 @@ class ApiSettings(BaseSettings):
     def thresholds(self) -> tuple[int, ...]:
         """Priority thresholds as integers, descending."""
         return tuple(int(part) for part in self.priority_thresholds.split(",") if part.strip())
-
-    @property
-    def schemes(self) -> frozenset[str]:
-        """Allowed solver URL schemes."""
-        return parse_schemes(self.solver_url_schemes)
 
     def with_secret(self) -> ApiSettings:
         """A copy that has a secret, generating one if none was set."""

@@ -8,8 +8,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.models import AttemptResult, JobInput, attempt_activity_id
-    from workflows.registry import ADD_TYPE_SIGNAL
+    from workflows.models import AttemptResult, JobInput
+    from workflows.names import ADD_TYPE_SIGNAL, attempt_activity_id
 
 
 @workflow.defn(name="JobWorkflow")

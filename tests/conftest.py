@@ -384,8 +384,8 @@ async def _registry_on_default_queue(temporal: DevServer) -> None:
     from temporalio.client import Client
     from temporalio.common import WorkflowIDConflictPolicy
 
-    from api.temporal import TemporalSettings
-    from workflows.registry import REGISTRY_WORKFLOW_ID
+    from engine.connection import TemporalSettings
+    from workflows.names import REGISTRY_WORKFLOW_ID
 
     client = await Client.connect(temporal.address)
     await client.start_workflow(

@@ -15,7 +15,7 @@ from api.main import create_app
 from api.routes.jobs import RESERVED_JOB_PATHS
 from tests.conftest import REGISTERED_TYPE, SECRET, Api, wait_until
 from worker.devserver import DevServer, free_port
-from workflows.registry import REGISTRY_WORKFLOW_ID
+from workflows.names import REGISTRY_WORKFLOW_ID
 
 CHECKSUM = "ab" * 32
 SMALL_BODY_LIMIT = 2048

@@ -18,7 +18,7 @@ from workflows.models import (
     JobSpec,
     priority_key,
 )
-from workflows.urlpolicy import parse_schemes, private_address, url_shape_problem
+from workflows.url_policy import parse_schemes, private_address, url_shape_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKSUM = "ab" * 32

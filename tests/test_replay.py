@@ -26,9 +26,10 @@ from temporalio.workflow import NondeterminismError
 from tests.changed_workflows import ChangedJobWorkflow, ChangedRegistry
 from tests.conftest import Api, Solver, wait_until_async
 from worker.devserver import DevServer
-from worker.main import workflow_runner
-from workflows.job import JobWorkflow
-from workflows.registry import ADD_TYPE_SIGNAL, TYPES_MEMO, JobTypeRegistry
+from worker.native import workflow_runner
+from workflows.job_workflow import JobWorkflow
+from workflows.names import ADD_TYPE_SIGNAL, TYPES_MEMO
+from workflows.type_registry import JobTypeRegistry
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"

@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from tests.conftest import ROOT
 from worker.devserver import DevServer, free_port
-from workflows import attributes
+from workflows import search_attributes
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ async def registered(server: DevServer) -> set[str]:
 async def test_setup_registers_the_search_attributes_once_and_is_idempotent(
     bare_server: DevServer,
 ) -> None:
-    wanted = set(attributes.REGISTRATION)
+    wanted = set(search_attributes.REGISTRATION)
     assert not wanted & await registered(bare_server)
 
     first = setup_command(bare_server.address)

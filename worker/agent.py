@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Any
 
 import httpx
-from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.exceptions import ApplicationError
 
-from activities.attempt import solver_outcome, split_command
-from activities.runner import run_solver
-from worker.settings import SolverSettings, _default_node_id, _json_or_csv
+from activities import solver
+from worker.settings import SolverSettings, WorkerSettings
+from workflows.errors import ErrorType, Failure
+from workflows.models import AttemptResult, ClaimedJob
 
 log = logging.getLogger("jobforge.agent")
 
@@ -31,35 +31,16 @@ MAX_BACKOFF_S = 30.0
 
 
 class AgentSettings(BaseSettings):
-    """The spec's agent environment variables."""
+    """The agent's own environment (the spec's HUB_URL, FORGE_INGEST_SECRET, NODE_NAME,
+    JOB_POLL_INTERVAL_MS); what it serves comes from the worker's `WORKER_*` settings."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
     hub_url: str = Field(default="http://127.0.0.1:8000", validation_alias="HUB_URL")
-    node_id: str = Field(default_factory=_default_node_id, validation_alias="NODE_ID")
-    node_name: str | None = Field(default=None, validation_alias="NODE_NAME")
     secret: str = Field(default="", validation_alias="FORGE_INGEST_SECRET")
-    enabled: bool = Field(default=True, validation_alias="WORKER_ENABLED")
-    cores: int = Field(default=1, ge=1, le=1024, validation_alias="WORKER_CORES")
-    ram_gb: float = Field(default=1.0, ge=0, validation_alias="WORKER_RAM_GB")
-    tags: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, validation_alias="WORKER_TAGS"
-    )
-    types: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, validation_alias="WORKER_TYPES"
-    )
-    poll_interval_ms: int = Field(
-        default=5000, ge=0, validation_alias=AliasChoices("JOB_POLL_INTERVAL_MS")
-    )
-    solvers: dict[str, str | list[str]] = Field(
-        default_factory=dict, validation_alias="WORKER_SOLVERS"
-    )
-    shutdown_grace_s: float = Field(default=30.0, validation_alias="WORKER_SHUTDOWN_GRACE_S")
-
-    @field_validator("types", "tags", mode="before")
-    @classmethod
-    def _lists(cls, value: Any) -> Any:
-        return _json_or_csv(value)
+    node_name: str | None = Field(default=None, validation_alias="NODE_NAME")
+    poll_interval_ms: int = Field(default=5000, ge=0, validation_alias="JOB_POLL_INTERVAL_MS")
+    worker: WorkerSettings = Field(default_factory=WorkerSettings, exclude=True)
 
     @property
     def claim_wait_s(self) -> float:
@@ -104,16 +85,16 @@ class Hub:
 class Agent:
     """WORKER_CORES claim loops against one hub."""
 
-    def __init__(self, settings: AgentSettings, solver: SolverSettings) -> None:
+    def __init__(self, settings: AgentSettings, solvers: SolverSettings) -> None:
         self._settings = settings
-        self._solver = solver
+        self._worker = settings.worker
+        self._limits = solvers.limits
+        self._source = solvers.source(settings.worker.solvers)
         self._hub = Hub(settings)
-        self._cache = solver.cache()
-        self._solvers = {t: split_command(c) for t, c in settings.solvers.items()}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Register, then claim and run jobs until `stop`."""
-        s = self._settings
+        s = self._worker
         try:
             response = await self._hub.call(
                 "POST",
@@ -121,7 +102,7 @@ class Agent:
                 stop,
                 json={
                     "worker_id": s.node_id,
-                    "name": s.node_name or s.node_id,
+                    "name": self._settings.node_name or s.node_id,
                     "cores": s.cores,
                     "ram_gb": s.ram_gb,
                     "tags": s.tags,
@@ -139,9 +120,9 @@ class Agent:
 
     async def _loop(self, stop: asyncio.Event) -> None:
         s = self._settings
-        body: dict[str, Any] = {"worker_id": s.node_id, "wait": s.claim_wait_s}
-        if s.types:
-            body["types"] = s.types
+        body: dict[str, Any] = {"worker_id": self._worker.node_id, "wait": s.claim_wait_s}
+        if self._worker.types:
+            body["types"] = self._worker.types
         while not stop.is_set():
             claim = asyncio.create_task(self._hub.call("POST", "/api/jobs/claim", stop, json=body))
             stopped = asyncio.create_task(stop.wait())
@@ -157,21 +138,19 @@ class Agent:
             except asyncio.CancelledError:
                 return
             if response.status_code == 200:
-                await self._run_job(response.json(), stop)
+                await self._run_job(ClaimedJob.model_validate(response.json()), stop)
             elif response.status_code != 204:
                 log.error("claim refused: %s %s", response.status_code, response.text)
                 await asyncio.sleep(min(s.poll_interval_ms / 1000, MAX_BACKOFF_S) or 1)
 
-    async def _run_job(self, job: dict[str, Any], stop: asyncio.Event) -> None:
-        job_id = job["id"]
+    async def _run_job(self, job: ClaimedJob, stop: asyncio.Event) -> None:
         lost = asyncio.Event()  # cancelled, or no longer ours (409 on heartbeat)
         beats: asyncio.Task[None] | None = None
-
-        every_s = min(HEARTBEAT_EVERY_S, job.get("heartbeat_timeout_ms", 60_000) / 3000)
+        every_s = min(HEARTBEAT_EVERY_S, job.heartbeat_timeout_ms / 3000)
 
         async def on_start() -> None:
             nonlocal beats
-            beats = asyncio.create_task(self._heartbeats(job_id, lost, every_s))
+            beats = asyncio.create_task(self._heartbeats(job.id, lost, every_s))
 
         run = asyncio.create_task(self._execute(job, on_start))
         try:
@@ -180,31 +159,39 @@ class Agent:
             if beats is not None:
                 beats.cancel()
         if lost.is_set():
-            log.info("job %s was cancelled or taken away; solver stopped", job_id)
+            log.info("job %s was cancelled or taken away; solver stopped", job.id)
             return
         if run.cancelled():
-            await self._report_failure(job_id, "worker_shutdown: agent stopped during the job")
+            shutdown = Failure(
+                kind=ErrorType.WORKER_SHUTDOWN, message="agent stopped during the job"
+            )
+            await self._report_failure(job.id, shutdown)
             return
         err = run.exception()
         if err is None:
-            outcome = run.result()
-            response = await self._hub.call(
-                "POST",
-                f"/api/jobs/{job_id}/result",
-                json={
-                    "worker_id": self._settings.node_id,
-                    "result": outcome.result,
-                    "result_hash": outcome.result_hash,
-                },
-                headers={"X-Idempotency-Key": f"{job_id}:{job['attempt']}:{outcome.result_hash}"},
-            )
-            if response.status_code != 200:
-                log.warning("result for %s refused: %s", job_id, response.text)
+            await self._report_result(job, run.result())
         elif isinstance(err, ApplicationError):
-            reason = err.type if err.message in ("", err.type) else f"{err.type}: {err.message}"
-            await self._report_failure(job_id, reason or "error")
+            await self._report_failure(
+                job.id, Failure(kind=err.type or "error", message=err.message)
+            )
         else:
-            await self._report_failure(job_id, f"agent_error: {err}")
+            await self._report_failure(
+                job.id, Failure(kind=ErrorType.AGENT_ERROR, message=str(err))
+            )
+
+    async def _report_result(self, job: ClaimedJob, outcome: AttemptResult) -> None:
+        response = await self._hub.call(
+            "POST",
+            f"/api/jobs/{job.id}/result",
+            json={
+                "worker_id": self._worker.node_id,
+                "result": outcome.result,
+                "result_hash": outcome.result_hash,
+            },
+            headers={"X-Idempotency-Key": f"{job.id}:{job.attempt}:{outcome.result_hash}"},
+        )
+        if response.status_code != 200:
+            log.warning("result for %s refused: %s", job.id, response.text)
 
     async def _until_done(
         self, run: asyncio.Task[Any], lost: asyncio.Event, stop: asyncio.Event
@@ -215,7 +202,7 @@ class Agent:
         try:
             await asyncio.wait({run, lost_wait, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             if not run.done() and stop.is_set() and not lost.is_set():
-                await asyncio.wait({run, lost_wait}, timeout=self._settings.shutdown_grace_s)
+                await asyncio.wait({run, lost_wait}, timeout=self._worker.shutdown_grace_s)
             if not run.done():
                 run.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -224,43 +211,29 @@ class Agent:
             lost_wait.cancel()
             stop_wait.cancel()
 
-    async def _execute(self, job: dict[str, Any], on_start: Callable[[], Awaitable[None]]) -> Any:
-        if job.get("solver_url") and job.get("solver_checksum"):
-            await self._cache.get(job["solver_url"], job["solver_checksum"])
-            argv = [str(await self._cache.verify(job["solver_checksum"]))]
-        elif job["type"] in self._solvers:
-            argv = list(self._solvers[job["type"]])
-        else:
-            raise ApplicationError(
-                f"no solver_url and no solver registered for type {job['type']!r} on this agent",
-                type="solver_not_found",
-            )
-        run = await run_solver(
-            [*argv, "--params", json.dumps(job["params"], separators=(",", ":"))],
-            max_runtime_s=job["max_runtime_ms"] / 1000,
-            max_output_bytes=self._solver.max_output_bytes,
-            log_tail_bytes=self._solver.log_tail_bytes,
-            on_start=on_start,
-            max_memory_bytes=self._solver.max_memory_bytes,
-        )
-        return solver_outcome(run, self._settings.node_id, self._solver.max_output_bytes)
+    async def _execute(
+        self, job: ClaimedJob, on_start: Callable[[], Awaitable[None]]
+    ) -> AttemptResult:
+        argv = await self._source.argv(job)
+        run = await solver.run(job, argv, self._limits, on_start)
+        return solver.outcome(run, self._worker.node_id, self._limits.max_output_bytes)
 
     async def _heartbeats(self, job_id: str, lost: asyncio.Event, every_s: float) -> None:
         """Heartbeat now (the job becomes running), then every 10 s; 409 → lost."""
         while True:
             response = await self._hub.call(
-                "POST", f"/api/jobs/{job_id}/heartbeat", json={"worker_id": self._settings.node_id}
+                "POST", f"/api/jobs/{job_id}/heartbeat", json={"worker_id": self._worker.node_id}
             )
             if response.status_code == 409:
                 lost.set()
                 return
             await asyncio.sleep(every_s)
 
-    async def _report_failure(self, job_id: str, reason: str) -> None:
+    async def _report_failure(self, job_id: str, failure: Failure) -> None:
         response = await self._hub.call(
             "POST",
             f"/api/jobs/{job_id}/fail",
-            json={"worker_id": self._settings.node_id, "reason": reason[:2000]},
+            json={"worker_id": self._worker.node_id, "reason": failure.reason[:2000]},
         )
         if response.status_code != 200:
             log.warning("failure report for %s refused: %s", job_id, response.text)
@@ -268,7 +241,7 @@ class Agent:
 
 async def serve(settings: AgentSettings, solver: SolverSettings) -> None:
     """Entry point of `jobforge agent`."""
-    from worker.main import install_stop_handlers
+    from worker.native import install_stop_handlers
 
     stop = asyncio.Event()
     install_stop_handlers(stop)

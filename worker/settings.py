@@ -11,8 +11,9 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from activities.solver import SolverLimits, SolverSource, split_command
 from activities.solver_cache import FetchLimits, SolverCache
-from workflows.urlpolicy import parse_schemes
+from engine.solver_urls import SolverUrlSettings
 
 
 def _default_node_id() -> str:
@@ -35,14 +36,13 @@ def _json_or_csv(value: Any) -> Any:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-class SolverSettings(BaseSettings):
-    """Solver download policy and limits (shared by the native worker and the agent)."""
+class SolverSettings(SolverUrlSettings):
+    """Solver downloads, cache and limits (env `SOLVER_*`; shared by the native worker
+    and the agent). The URL policy part is the API's too (`SolverUrlSettings`)."""
 
     model_config = SettingsConfigDict(env_prefix="SOLVER_", extra="ignore")
 
     cache_dir: Path = Field(default=Path("~/.jobforge/solvers"))
-    url_schemes: str = "https"
-    allow_private_networks: bool = False
     max_bytes: int = 256 * 1024 * 1024
     fetch_timeout_s: float = 300.0
     max_output_bytes: int = 1024 * 1024
@@ -56,14 +56,24 @@ class SolverSettings(BaseSettings):
         return value.expanduser()
 
     @property
-    def schemes(self) -> frozenset[str]:
-        """The allowed URL schemes as a set."""
-        return parse_schemes(self.url_schemes)
-
-    @property
     def max_memory_bytes(self) -> int | None:
         """Each solver's RLIMIT_AS, or None for no limit."""
         return self.max_memory_mb * 1024 * 1024 or None
+
+    @property
+    def limits(self) -> SolverLimits:
+        """The bounds on each solver process."""
+        return SolverLimits(
+            max_output_bytes=self.max_output_bytes,
+            log_tail_bytes=self.log_tail_bytes,
+            max_memory_bytes=self.max_memory_bytes,
+        )
+
+    def source(self, registered: dict[str, str | list[str]]) -> SolverSource:
+        """Solvers from this cache, or from `registered` commands (WORKER_SOLVERS)."""
+        return SolverSource(
+            self.cache(), {name: split_command(cmd) for name, cmd in registered.items()}
+        )
 
     def cache(self) -> SolverCache:
         """The solver cache in `cache_dir`, downloading under these limits."""
@@ -89,6 +99,8 @@ class WorkerSettings(BaseSettings):
     ram_gb: float = Field(default_factory=_physical_ram_gb, ge=0)
     solvers: dict[str, str | list[str]] = Field(default_factory=dict)
     run_workflows: bool = True
+    # False: register (so the fleet shows it), run no jobs.
+    enabled: bool = True
     shutdown_grace_s: float = 30.0
     type_poll_ms: int = Field(default=1000, ge=50)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

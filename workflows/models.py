@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from workflows.errors import ErrorType
+
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PARAMS_MAX_BYTES = 64 * 1024
 PARAMS_MAX_DEPTH = 32
@@ -20,6 +22,7 @@ MAX_RUNTIME_MS_LIMIT = 7 * 24 * 3600 * 1000
 PRIORITY_LIMIT = 1_000_000
 CHECKSUM_PATTERN = re.compile(r"[0-9a-fA-F]{64}")
 SOLVER_URL_MAX_LEN = 2048
+WORKER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
 
 class JobStatus(StrEnum):
@@ -31,30 +34,6 @@ class JobStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     QUARANTINED = "quarantined"
-
-
-TERMINAL_REASON_CANCELLED = "cancelled"
-
-
-class ErrorType(StrEnum):
-    """Failure type strings, defined once: activities raise them, the API maps them."""
-
-    SOLVER_CHECKSUM_MISMATCH = "solver_checksum_mismatch"
-    SOLVER_FETCH_FAILED = "solver_fetch_failed"
-    SOLVER_NOT_FOUND = "solver_not_found"
-    SOLVER_EXIT = "solver_exit"
-    SOLVER_START_FAILED = "solver_start_failed"
-    RESULT_TOO_LARGE = "result_too_large"
-    MAX_RUNTIME_EXCEEDED = "max_runtime_exceeded"
-    HEARTBEAT_TIMEOUT = "heartbeat_timeout"
-    WORKER_SHUTDOWN = "worker_shutdown"
-    CANCELLED = "cancelled"
-    NOT_CANCELLABLE = "not_cancellable"
-    QUARANTINED = "quarantined"
-    # The HTTP bridge got a task but no claimer was left to take it: not an attempt.
-    CLAIM_ABANDONED = "claim_abandoned"
-    # A failure an HTTP agent reported; its reason is kept verbatim.
-    AGENT_FAILURE = "agent_failure"
 
 
 def _json_depth(value: Any, depth: int = 1) -> int:
@@ -137,8 +116,27 @@ class Transition(BaseModel):
 EVENTS_MEMO_KEEP = 16
 
 
+class RunSpec(BaseModel):
+    """What a worker needs to run a job: the part of it every attempt carries."""
+
+    type: str
+    params: dict[str, JsonValue]
+    solver_url: str | None = None
+    solver_checksum: str | None = None
+    max_runtime_ms: int
+
+
+class JobIdentity(BaseModel):
+    """What a job is, apart from its state: kept in its memo and on every event."""
+
+    type: str
+    priority: int
+    created_at: int
+
+
 class Job(BaseModel):
-    """A job as read: every column of the spec's `jobs` table plus its transitions."""
+    """A job as read: every column of the spec's `jobs` table plus its transitions
+    (its `RunSpec` and `JobIdentity` fields among them, in the spec's order)."""
 
     id: str
     type: str
@@ -166,6 +164,21 @@ class Job(BaseModel):
     attempt: int = Field(default=0, description="Number of the current or last attempt")
     transitions: list[Transition] = Field(default_factory=list)
 
+    @property
+    def cancelled(self) -> bool:
+        """Failed by a cancel (the spec's `failed` with fail_reason `cancelled`)."""
+        return self.status == JobStatus.FAILED and self.fail_reason == ErrorType.CANCELLED
+
+    def attempt_input(self) -> AttemptInput:
+        """The input of this job's current attempt."""
+        return AttemptInput(
+            job_id=self.id, attempt=self.attempt, **self.model_dump(include=_RUN_FIELDS)
+        )
+
+    def identity(self) -> JobIdentity:
+        """Its type, priority and creation time."""
+        return JobIdentity.model_validate(self.model_dump(include=_IDENTITY_FIELDS))
+
 
 class JobInput(BaseModel):
     """JobWorkflow's input: the spec plus what the API decided at submit time."""
@@ -180,32 +193,24 @@ class JobInput(BaseModel):
 
 def pending_job(inp: JobInput) -> Job:
     """A just-submitted job: what the workflow starts from and the API answers with."""
-    spec = inp.spec
     return Job(
+        **inp.spec.model_dump(),
         id=inp.id,
-        type=spec.type,
-        params=spec.params,
         status=JobStatus.PENDING,
-        priority=spec.priority,
         created_at=inp.created_at,
-        max_attempts=spec.max_attempts,
-        max_runtime_ms=spec.max_runtime_ms,
-        solver_url=spec.solver_url,
-        solver_checksum=spec.solver_checksum,
         transitions=[Transition(seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0)],
     )
 
 
-class AttemptInput(BaseModel):
-    """What a worker needs to run one attempt of a job."""
+class AttemptInput(RunSpec):
+    """What a worker needs to run one attempt of a job (the run_job activity's input)."""
 
     job_id: str
     attempt: int
-    type: str
-    params: dict[str, JsonValue]
-    solver_url: str | None = None
-    solver_checksum: str | None = None
-    max_runtime_ms: int
+
+
+_RUN_FIELDS = set(RunSpec.model_fields)
+_IDENTITY_FIELDS = set(JobIdentity.model_fields)
 
 
 class AttemptReport(BaseModel):
@@ -236,7 +241,7 @@ class WorkerInfo(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    worker_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
+    worker_id: Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
     name: Annotated[str | None, Field(max_length=200)] = None
     # Strict, as in JobSpec: a JSON `false` or `"4"` is a mistake.
     cores: Annotated[int, Field(strict=True, ge=1, le=4096)] = 1
@@ -255,46 +260,69 @@ class WorkerRecord(BaseModel):
     last_heartbeat: int | None = None
 
 
-class ClaimedJob(BaseModel):
-    """What a claimer gets: the job and what it needs to run this attempt."""
+class ClaimedJob(AttemptInput):
+    """What an HTTP claimer gets: the attempt's input, and who holds it until when."""
 
     id: str
-    type: str
     status: JobStatus
     worker_id: str
-    attempt: int
-    params: dict[str, JsonValue]
-    solver_url: str | None = None
-    solver_checksum: str | None = None
-    max_runtime_ms: int
     heartbeat_timeout_ms: int = Field(description="Heartbeat at least three times per this")
     claimed_at: int
 
+    @classmethod
+    def of(
+        cls, inp: AttemptInput, *, worker_id: str, claimed_at: int, heartbeat_timeout_ms: int
+    ) -> ClaimedJob:
+        """The claim answer for an attempt just handed to `worker_id`."""
+        return cls(
+            **inp.model_dump(),
+            id=inp.job_id,
+            status=JobStatus.ASSIGNED,
+            worker_id=worker_id,
+            claimed_at=claimed_at,
+            heartbeat_timeout_ms=heartbeat_timeout_ms,
+        )
 
-class EventsMemo(BaseModel):
-    """What a job's memo holds for the event stream."""
 
-    type: str
-    priority: int
-    created_at: int
+class EventsMemo(JobIdentity):
+    """What a job's memo holds for the event stream and the job table."""
+
     transitions: list[Transition]
 
 
 def events_memo(job: Job) -> dict[str, JsonValue]:
     """The memo value for a job: its identity and its latest transitions."""
     memo = EventsMemo(
-        type=job.type,
-        priority=job.priority,
-        created_at=job.created_at,
-        transitions=job.transitions[-EVENTS_MEMO_KEEP:],
+        **job.identity().model_dump(), transitions=job.transitions[-EVENTS_MEMO_KEEP:]
     )
     dumped: dict[str, JsonValue] = memo.model_dump(mode="json")
     return dumped
 
 
-def attempt_activity_id(attempt: int) -> str:
-    """Activity id of one attempt; a late report for another attempt is ignored."""
-    return f"attempt-{attempt}"
+class JobSummary(JobIdentity):
+    """A row of the jobs table, built from the job's memo (no query per job)."""
+
+    id: str
+    status: JobStatus
+    attempts: int
+    worker_id: str | None
+    fail_reason: str | None
+    updated_at: int
+
+    @classmethod
+    def of(cls, job_id: str, memo: EventsMemo) -> JobSummary:
+        """The table row for a job, from its latest transitions."""
+        last = memo.transitions[-1]
+        reason = next((t.reason for t in reversed(memo.transitions) if t.reason), None)
+        return cls(
+            **memo.model_dump(include=_IDENTITY_FIELDS),
+            id=job_id,
+            status=last.status,
+            attempts=last.attempts,
+            worker_id=last.worker_id,
+            fail_reason=reason,
+            updated_at=last.ts,
+        )
 
 
 def priority_key(priority: int, thresholds: tuple[int, ...]) -> int:

@@ -1,41 +1,24 @@
-"""Worker routes of the spec (section 2): register, list, claim, heartbeat, result, fail."""
+"""The HTTP agent protocol (the spec's section 2 worker routes): claim, heartbeat,
+result, fail. Registration and the worker list are in `workers.py`."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Header, Request, Response, status
+from fastapi import APIRouter, Body, Header, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from api.bridge import Bridge
-from api.deps import Authorized
+from api.deps import Authorized, BridgeDep, MetricsDep, WorkersDep
 from api.routes.jobs import JobId
-from api.workers import WorkerDirectory, WorkerView
-from workflows.models import TYPE_PATTERN, ClaimedJob, JobStatus, WorkerInfo
+from workflows.models import TYPE_PATTERN, WORKER_ID_PATTERN, ClaimedJob, JobStatus
 
-router = APIRouter(prefix="/api", tags=["workers"], dependencies=[Authorized])
+router = APIRouter(prefix="/api", tags=["agents"], dependencies=[Authorized])
 
 # Without `wait`, a claim still gives matching this long to hand over a queued task.
 CLAIM_MIN_WAIT_S = 0.25
 CLAIM_MAX_WAIT_S = 30.0
 
-WorkerId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
-
-
-def get_bridge(request: Request) -> Bridge:
-    """The process's bridge."""
-    bridge: Bridge = request.app.state.bridge
-    return bridge
-
-
-def get_workers(request: Request) -> WorkerDirectory:
-    """The process's worker directory."""
-    workers: WorkerDirectory = request.app.state.workers
-    return workers
-
-
-BridgeDep = Annotated[Bridge, Depends(get_bridge)]
-WorkersDep = Annotated[WorkerDirectory, Depends(get_workers)]
+WorkerId = Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
 
 
 class ClaimRequest(BaseModel):
@@ -85,26 +68,17 @@ class JobState(BaseModel):
     status: JobStatus
 
 
-@router.post("/workers/register", status_code=status.HTTP_204_NO_CONTENT)
-async def register_worker(info: WorkerInfo, workers: WorkersDep) -> Response:
-    """Register or update a worker's capabilities (durable)."""
-    await workers.register(info)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
-
-
-@router.get("/workers", response_model=list[WorkerView])
-async def list_workers(workers: WorkersDep) -> list[WorkerView]:
-    """Registered workers, native and HTTP, with liveness and jobs held now."""
-    return await workers.list()
-
-
 @router.post(
     "/jobs/claim",
     response_model=ClaimedJob,
     responses={204: {"description": "No job available within `wait`"}},
 )
 async def claim_job(
-    request: Request, body: ClaimRequest, bridge: BridgeDep, workers: WorkersDep
+    request: Request,
+    body: ClaimRequest,
+    bridge: BridgeDep,
+    workers: WorkersDep,
+    metrics: MetricsDep,
 ) -> ClaimedJob | Response:
     """Claim the next job (highest priority first), long-polling up to `wait` seconds."""
     await workers.seen(body.worker_id)
@@ -116,7 +90,7 @@ async def claim_job(
     )
     if claimed is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
-    request.app.state.metrics.claims.inc()
+    metrics.claims.inc()
     return claimed
 
 

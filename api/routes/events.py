@@ -13,24 +13,15 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
-from api.deps import Authorized, bearer_ok
-from api.errors import ApiError
-from api.events import EventFeed, JobEvent, key_of
+from api.deps import Authorized, ConfigDep, FeedDep, bearer_ok
+from api.event_feed import JobEvent, key_of
+from workflows.errors import InvalidField, Unauthorized
 from workflows.models import TYPE_PATTERN, JobStatus
 
 router = APIRouter(prefix="/api", tags=["events"])
 
 STREAM_TOKEN_TTL_S = 300
 _TYPE_RE = re.compile(TYPE_PATTERN)
-
-
-def get_feed(request: Request) -> EventFeed:
-    """The process's event feed."""
-    feed: EventFeed = request.app.state.feed
-    return feed
-
-
-FeedDep = Annotated[EventFeed, Depends(get_feed)]
 
 
 def sign_stream_token(secret: str, expires: int) -> str:
@@ -55,29 +46,28 @@ class StreamToken(BaseModel):
 
 
 @router.post("/events/token", response_model=StreamToken, dependencies=[Authorized])
-async def stream_token(request: Request) -> StreamToken:
+async def stream_token(config: ConfigDep) -> StreamToken:
     """Issue a stream token (valid five minutes) for clients that cannot send headers."""
     expires = int(time.time()) + STREAM_TOKEN_TTL_S
     return StreamToken(
-        token=sign_stream_token(request.app.state.secret, expires), expires_at=expires * 1000
+        token=sign_stream_token(config.api.forge_ingest_secret, expires),
+        expires_at=expires * 1000,
     )
 
 
 def stream_access(
-    request: Request, token: Annotated[str | None, Query(max_length=200)] = None
+    request: Request,
+    config: ConfigDep,
+    token: Annotated[str | None, Query(max_length=200)] = None,
 ) -> None:
     """Open by default; with EVENTS_REQUIRE_TOKEN, a bearer or a stream token."""
-    if not request.app.state.events_require_token:
+    if not config.api.events_require_token:
         return
     if bearer_ok(request):
         return
-    if token and stream_token_valid(request.app.state.secret, token, time.time()):
+    if token and stream_token_valid(config.api.forge_ingest_secret, token, time.time()):
         return
-    raise ApiError(
-        401,
-        "events need a bearer token or a stream token (?token=)",
-        headers={"WWW-Authenticate": "Bearer"},
-    )
+    raise Unauthorized("events need a bearer token or a stream token (?token=)")
 
 
 def event_filter(
@@ -87,7 +77,7 @@ def event_filter(
     """The `?status=` and `?type=` filters (each may repeat)."""
     for job_type in type or []:
         if not _TYPE_RE.match(job_type):
-            raise ApiError(422, f"type: {job_type!r} is not a job type", field="type")
+            raise InvalidField("type", f"{job_type!r} is not a job type")
     statuses = set(status or [])
     types = set(type or [])
 

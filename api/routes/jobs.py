@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response, status
+from fastapi import APIRouter, Header, Path, Query, Response, status
 from pydantic import BaseModel
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from api.deps import Authorized, JobsDep
+from api.deps import Authorized, JobsDep, MetricsDep
 from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
@@ -40,9 +40,9 @@ class Submitted(BaseModel):
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=Submitted)
 async def submit_job(
-    request: Request,
     spec: JobSpec,
     jobs: JobsDep,
+    metrics: MetricsDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -55,7 +55,7 @@ async def submit_job(
 ) -> Submitted:
     """Enqueue a job. Returns its id and status."""
     job = await jobs.submit(spec, idempotency_key)
-    request.app.state.metrics.submissions.inc()
+    metrics.submissions.inc()
     return Submitted(id=job.id, status=job.status)
 
 

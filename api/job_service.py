@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import socket
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit
 
 from temporalio.client import (
     Client,
@@ -25,13 +23,21 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.errors import ApiError, not_found, temporal_unavailable
 from api.settings import ApiSettings
-from api.temporal import TemporalSettings
-from workflows import attributes
-from workflows.job import CANCEL_UPDATE, EVENTS_MEMO, JOB_QUERY
-from workflows.models import (
+from engine.clock import now_ms
+from engine.connection import TemporalSettings
+from engine.directory import known_job_types, register_job_type
+from engine.solver_urls import SolverUrlRefused, SolverUrlSettings, check_host, url_problem
+from workflows import search_attributes
+from workflows.errors import (
     ErrorType,
+    InvalidField,
+    JobConflict,
+    JobNotFound,
+    TemporalCallFailed,
+    TemporalUnavailable,
+)
+from workflows.models import (
     Job,
     JobInput,
     JobSpec,
@@ -40,31 +46,13 @@ from workflows.models import (
     pending_job,
     priority_key,
 )
-from workflows.registry import ADD_TYPE_SIGNAL, TYPES_MEMO, registry_workflow_id
-from workflows.urlpolicy import literal_ip, private_address, url_shape_problem
+from workflows.names import CANCEL_UPDATE, EVENTS_MEMO, JOB_QUERY, JOB_WORKFLOW
+from workflows.search_attributes import job_filter
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 LIST_FETCH_CONCURRENCY = 16
 KNOWN_TYPES_TTL_S = 1.0
-SPEC_FIELDS = tuple(JobSpec.model_fields)
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds."""
-    return int(time.time() * 1000)
-
-
-JOBS = "WorkflowType = 'JobWorkflow'"
-
-
-def job_filter(status: JobStatus | None, job_type: str | None) -> str:
-    """A visibility query for jobs with this status and type (both optional)."""
-    clauses = [JOBS]
-    if status is not None:
-        clauses.append(f"{attributes.STATUS.name} = '{status.value}'")
-    if job_type is not None:
-        clauses.append(f"{attributes.TYPE.name} = '{job_type}'")
-    return " AND ".join(clauses)
+SPEC_FIELDS = set(JobSpec.model_fields)
 
 
 def job_id_for_key(key: str) -> str:
@@ -75,10 +63,17 @@ def job_id_for_key(key: str) -> str:
 class JobService:
     """What the REST facade does with Temporal."""
 
-    def __init__(self, client: Client, temporal: TemporalSettings, settings: ApiSettings) -> None:
+    def __init__(
+        self,
+        client: Client,
+        temporal: TemporalSettings,
+        settings: ApiSettings,
+        solver_urls: SolverUrlSettings,
+    ) -> None:
         self._client = client
         self._temporal = temporal
         self._settings = settings
+        self._solver_urls = solver_urls
         self._registered_types: set[str] = set()
         self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
 
@@ -100,18 +95,18 @@ class JobService:
         )
         job = pending_job(inp)
         start = self._client.start_workflow(
-            "JobWorkflow",
+            JOB_WORKFLOW,
             inp,
             id=job_id,
             task_queue=self._temporal.task_queue,
             search_attributes=TypedSearchAttributes(
                 [
-                    SearchAttributePair(attributes.STATUS, JobStatus.PENDING.value),
-                    SearchAttributePair(attributes.TYPE, spec.type),
-                    SearchAttributePair(attributes.PRIORITY, spec.priority),
-                    SearchAttributePair(attributes.WORKER, ""),
+                    SearchAttributePair(search_attributes.STATUS, JobStatus.PENDING.value),
+                    SearchAttributePair(search_attributes.TYPE, spec.type),
+                    SearchAttributePair(search_attributes.PRIORITY, spec.priority),
+                    SearchAttributePair(search_attributes.WORKER, ""),
                     SearchAttributePair(
-                        attributes.UPDATED_AT, datetime.fromtimestamp(created / 1000, UTC)
+                        search_attributes.UPDATED_AT, datetime.fromtimestamp(created / 1000, UTC)
                     ),
                 ]
             ),
@@ -127,13 +122,9 @@ class JobService:
                 raise
         if idempotency_key:
             existing = await self.get(job_id)
-            if any(
-                getattr(existing, f) != getattr(spec, f) for f in SPEC_FIELDS if f != "params"
-            ) or (existing.params != spec.params):
-                raise ApiError(
-                    409,
-                    "Idempotency-Key was already used with a different job body",
-                    id=job_id,
+            if JobSpec.model_validate(existing.model_dump(include=SPEC_FIELDS)) != spec:
+                raise JobConflict(
+                    "Idempotency-Key was already used with a different job body", id=job_id
                 )
             return existing
         return job
@@ -143,67 +134,24 @@ class JobService:
         cached_at, types = self._known_types
         if time.monotonic() - cached_at < KNOWN_TYPES_TTL_S:
             return types
-        try:
-            desc = await self._client.get_workflow_handle(
-                registry_workflow_id(self._temporal.task_queue)
-            ).describe()
-            memo = await desc.memo()
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            memo = {}
-        raw = memo.get(TYPES_MEMO, [])
-        types = [str(t) for t in raw] if isinstance(raw, list) else []
+        types = await known_job_types(self._client, self._temporal.task_queue)
         self._known_types = (time.monotonic(), types)
         return types
 
     async def _register_type(self, job_type: str) -> None:
         if job_type in self._registered_types:
             return
-        await self._client.start_workflow(
-            "JobTypeRegistry",
-            [],
-            id=registry_workflow_id(self._temporal.task_queue),
-            task_queue=self._temporal.task_queue,
-            start_signal=ADD_TYPE_SIGNAL,
-            start_signal_args=[job_type],
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+        await register_job_type(self._client, self._temporal, job_type)
         self._registered_types.add(job_type)
 
     async def _check_solver_url(self, url: str) -> None:
-        problem = url_shape_problem(url, self._settings.schemes)
+        problem = url_problem(url, self._solver_urls.schemes)
         if problem is not None:
-            raise ApiError(422, problem, field="solver_url")
-        parts = urlsplit(url)
+            raise InvalidField("solver_url", problem)
         try:
-            parts.port  # noqa: B018 - raises on a port that is not a number in range
-        except ValueError as err:
-            raise ApiError(422, f"solver_url has a bad port: {err}", field="solver_url") from err
-        host = parts.hostname
-        if self._settings.solver_allow_private_networks or host is None:
-            return
-        literal = literal_ip(host)
-        if literal is not None:
-            addresses = [literal]
-        else:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(
-                    host, None, type=socket.SOCK_STREAM
-                )
-            except (OSError, UnicodeError) as err:  # UnicodeError: not a valid host name
-                raise ApiError(
-                    422, f"solver_url host {host} does not resolve: {err}", field="solver_url"
-                ) from err
-            addresses = [str(info[4][0]) for info in infos]
-        bad = private_address(addresses)
-        if bad is not None:
-            raise ApiError(
-                422,
-                f"solver_url host {host} is a private or loopback address ({bad}); "
-                "set SOLVER_ALLOW_PRIVATE_NETWORKS=true to allow it",
-                field="solver_url",
-            )
+            await check_host(url, self._solver_urls.allow_private_networks)
+        except SolverUrlRefused as err:
+            raise InvalidField("solver_url", err.message) from err
 
     # -- read ----------------------------------------------------------------------
 
@@ -218,15 +166,13 @@ class JobService:
             )
             return job
         except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise not_found(job_id) from err
-            if err.status == RPCStatusCode.INVALID_ARGUMENT:
-                raise not_found(job_id) from err
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                raise JobNotFound(job_id) from err
             if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
-                raise temporal_unavailable("no worker answered the job query") from err
+                raise TemporalUnavailable("no worker answered the job query") from err
             raise
         except WorkflowQueryFailedError as err:
-            raise not_found(job_id) from err
+            raise JobNotFound(job_id) from err
 
     async def list_jobs(
         self, status: JobStatus | None, job_type: str | None, limit: int, offset: int
@@ -236,7 +182,7 @@ class JobService:
         async for execution in self._client.list_workflows(
             job_filter(status, job_type), limit=self._settings.list_scan_max
         ):
-            priority = execution.typed_search_attributes.get(attributes.PRIORITY) or 0
+            priority = execution.typed_search_attributes.get(search_attributes.PRIORITY) or 0
             rows.append((priority, execution.start_time, execution.id))
         rows.sort(key=lambda row: (-row[0], row[1]))
         page = [row[2] for row in rows[offset : offset + limit]]
@@ -246,10 +192,8 @@ class JobService:
             async with gate:
                 try:
                     return await self.get(job_id)
-                except ApiError as err:
-                    if err.http_status == 404:
-                        return None
-                    raise
+                except JobNotFound:
+                    return None
 
         jobs = await asyncio.gather(*(fetch(job_id) for job_id in page))
         return [job for job in jobs if job is not None]
@@ -265,20 +209,19 @@ class JobService:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_CANCELLABLE:
                 status = cause.details[0] if cause.details else None
-                raise ApiError(409, cause.message, id=job_id, status=status) from err
+                raise JobConflict(cause.message, id=job_id, status=status) from err
             # Not the job's own refusal: most likely the id names a workflow that is not
             # a job (no cancel update there), which the read tells with a 404.
             await self.get(job_id)
-            raise ApiError(502, f"cancel failed: {cause or err}", id=job_id) from err
+            raise TemporalCallFailed(f"cancel failed: {cause or err}", id=job_id) from err
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
             # Unknown id, or the workflow has already closed: read it to tell which.
             job = await self.get(job_id)
-            if job.fail_reason == ErrorType.CANCELLED.value:
+            if job.cancelled:
                 return job
-            raise ApiError(
-                409,
+            raise JobConflict(
                 f"job is {job.status.value}; it can no longer be cancelled",
                 id=job_id,
                 status=job.status.value,

@@ -19,13 +19,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
 from temporalio.client import Client
 
-from api.jobs import JOBS, JobService
-from workflows import attributes
-from workflows.job import EVENTS_MEMO
-from workflows.models import ErrorType, EventsMemo, JobStatus, Transition
+from api.job_service import JobService
+from workflows import search_attributes
+from workflows.errors import ErrorType
+from workflows.models import EventsMemo, JobIdentity, JobStatus, Transition
+from workflows.names import EVENTS_MEMO
+from workflows.search_attributes import JOBS
 
 log = logging.getLogger("jobforge.events")
 
@@ -59,21 +60,12 @@ class EventKey:
         return cls(int(parts[0]), parts[1], int(parts[2]))
 
 
-class JobEvent(BaseModel):
-    """One transition of one job, as sent on the stream."""
+class JobEvent(JobIdentity, Transition):
+    """One transition of one job, as sent on the stream: the transition, the job's
+    identity, its id and the event's name."""
 
     event: str
     id: str
-    type: str
-    priority: int
-    status: JobStatus
-    seq: int
-    ts: int
-    attempt: int
-    attempts: int
-    worker_id: str | None
-    reason: str | None
-    created_at: int
 
 
 def event_name(transition: Transition) -> str:
@@ -88,18 +80,10 @@ def event_name(transition: Transition) -> str:
 def make_event(job_id: str, memo: EventsMemo, transition: Transition) -> JobEvent:
     """The stream's view of one transition."""
     return JobEvent(
+        **memo.model_dump(exclude={"transitions"}),
+        **transition.model_dump(),
         event=event_name(transition),
         id=job_id,
-        type=memo.type,
-        priority=memo.priority,
-        status=transition.status,
-        seq=transition.seq,
-        ts=transition.ts,
-        attempt=transition.attempt,
-        attempts=transition.attempts,
-        worker_id=transition.worker_id,
-        reason=transition.reason,
-        created_at=memo.created_at,
     )
 
 
@@ -267,7 +251,7 @@ class EventFeed:
             del self._sent[job_id]
 
     async def _changed_since(self, since_ms: int) -> AsyncIterator[tuple[str, EventsMemo]]:
-        query = f"{JOBS} AND {attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
+        query = f"{JOBS} AND {search_attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
         async for execution in self.client.list_workflows(query):
             memo = await execution.memo()
             raw = memo.get(EVENTS_MEMO)

@@ -6,22 +6,17 @@ visibility (memo included), so no query or workflow task is needed to read them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.memo_mirror import mirror_into_memo
     from workflows.models import WorkerInfo, WorkerRecord
-
-REGISTER_SIGNAL = "register"
-SEEN_SIGNAL = "seen"
-RECORD_MEMO = "worker"
+    from workflows.names import RECORD_MEMO, REGISTER_SIGNAL, SEEN_SIGNAL, WORKER_RECORD_WORKFLOW
 
 
-def worker_workflow_id(worker_id: str) -> str:
-    """Workflow id of a worker's record."""
-    return f"jobforge-worker-{worker_id}"
-
-
-@workflow.defn(name="WorkerRecord")
+@workflow.defn(name=WORKER_RECORD_WORKFLOW)
 class WorkerRecordWorkflow:
     """Holds one worker's capabilities and when it was last heard from."""
 
@@ -32,16 +27,14 @@ class WorkerRecordWorkflow:
 
     @workflow.run
     async def run(self, record: WorkerRecord) -> None:  # noqa: ARG002 - read in __init__
-        while True:
-            await workflow.wait_condition(
-                lambda: self._dirty or workflow.info().is_continue_as_new_suggested()
-            )
-            if self._dirty:
-                self._dirty = False
-                workflow.upsert_memo({RECORD_MEMO: self._record.model_dump(mode="json")})
-            if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self._record)
+        await mirror_into_memo(RECORD_MEMO, lambda: self._dirty, self._snapshot, self._current)
+
+    def _snapshot(self) -> dict[str, Any]:
+        self._dirty = False
+        return self._record.model_dump(mode="json")
+
+    def _current(self) -> WorkerRecord:
+        return self._record
 
     @workflow.signal(name=REGISTER_SIGNAL)
     def register(self, info: WorkerInfo) -> None:

@@ -8,19 +8,12 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-
-def registry_workflow_id(task_queue: str) -> str:
-    """The registry of the jobforge deployment whose JobWorkflows run on `task_queue`
-    (the registry runs there too, so it lives and dies with that deployment)."""
-    return f"jobforge-job-types-{task_queue}"
+with workflow.unsafe.imports_passed_through():
+    from workflows.memo_mirror import mirror_into_memo
+    from workflows.names import ADD_TYPE_SIGNAL, TYPE_REGISTRY_WORKFLOW, TYPES_MEMO, TYPES_QUERY
 
 
-REGISTRY_WORKFLOW_ID = registry_workflow_id("jobforge")
-ADD_TYPE_SIGNAL = "add_type"
-TYPES_MEMO = "types"
-
-
-@workflow.defn(name="JobTypeRegistry")
+@workflow.defn(name=TYPE_REGISTRY_WORKFLOW)
 class JobTypeRegistry:
     """Holds the set of job types; the memo mirrors it after every change."""
 
@@ -31,16 +24,11 @@ class JobTypeRegistry:
 
     @workflow.run
     async def run(self, types: list[str]) -> None:  # noqa: ARG002 - read in __init__
-        while True:
-            await workflow.wait_condition(
-                lambda: self._dirty or workflow.info().is_continue_as_new_suggested()
-            )
-            if self._dirty:
-                self._dirty = False
-                workflow.upsert_memo({TYPES_MEMO: sorted(self._types)})
-            if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(sorted(self._types))
+        await mirror_into_memo(TYPES_MEMO, lambda: self._dirty, self._snapshot, self.types)
+
+    def _snapshot(self) -> list[str]:
+        self._dirty = False
+        return self.types()
 
     @workflow.signal(name=ADD_TYPE_SIGNAL)
     def add_type(self, job_type: str) -> None:
@@ -49,7 +37,7 @@ class JobTypeRegistry:
             self._types.add(job_type)
             self._dirty = True
 
-    @workflow.query(name="types")
+    @workflow.query(name=TYPES_QUERY)
     def types(self) -> list[str]:
         """Every job type known."""
         return sorted(self._types)

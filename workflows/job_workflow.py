@@ -20,41 +20,40 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import attributes
+    from workflows import search_attributes
+    from workflows.errors import AttemptFailureDetails, ErrorType, Failure
     from workflows.models import (
-        AttemptInput,
         AttemptReport,
         AttemptResult,
-        ErrorType,
         FailRecord,
         Job,
         JobInput,
         JobStatus,
         Transition,
-        attempt_activity_id,
         events_memo,
         pending_job,
     )
-
-RUN_JOB_ACTIVITY = "run_job"
-CANCEL_UPDATE = "cancel"
-REPORT_SIGNAL = "attempt_report"
-JOB_QUERY = "job"
-EVENTS_MEMO = "events"
+    from workflows.names import (
+        BRIDGE_IDENTITY_PREFIX,
+        CANCEL_UPDATE,
+        EVENTS_MEMO,
+        JOB_QUERY,
+        JOB_WORKFLOW,
+        REPORT_SIGNAL,
+        RUN_JOB_ACTIVITY,
+        attempt_activity_id,
+    )
 
 # The worker enforces max_runtime_ms from the solver's start; the server-side timeout
 # is the backstop for a worker that cannot (it also covers the solver download).
 ATTEMPT_TIMEOUT_SLACK = timedelta(minutes=10)
-
-# Failures that end the job at once, whatever attempts remain.
-FINAL_FAILURES = frozenset({ErrorType.SOLVER_CHECKSUM_MISMATCH, ErrorType.MAX_RUNTIME_EXCEEDED})
 
 
 def _now_ms() -> int:
     return int(workflow.now().timestamp() * 1000)
 
 
-@workflow.defn(name="JobWorkflow")
+@workflow.defn(name=JOB_WORKFLOW)
 class JobWorkflow:
     """A job's whole life: attempts, reports from workers, cancel, terminal state."""
 
@@ -76,15 +75,7 @@ class JobWorkflow:
             job.attempt = attempt
             self._handle = workflow.start_activity(
                 RUN_JOB_ACTIVITY,
-                AttemptInput(
-                    job_id=job.id,
-                    attempt=attempt,
-                    type=job.type,
-                    params=job.params,
-                    solver_url=job.solver_url,
-                    solver_checksum=job.solver_checksum,
-                    max_runtime_ms=job.max_runtime_ms,
-                ),
+                job.attempt_input(),
                 result_type=AttemptResult,
                 task_queue=inp.activity_task_queue,
                 activity_id=attempt_activity_id(attempt),
@@ -198,19 +189,19 @@ class JobWorkflow:
             # died holding it): not an attempt; the next loop schedules a fresh one.
             return
         reason, final = _classify(err)
-        tail, times = _failure_details(err)
+        details = _failure_details(err)
         now = _now_ms()
         if self._claimed_attempt != attempt:
             # The activity started with no report reaching us (a short attempt, or a
             # worker that died at once): the claim still counts.
-            self._claim(attempt, err.identity or None, times.get("claimed_at") or now)
-        if job.status == JobStatus.ASSIGNED and times.get("started_at"):
-            job.heartbeat_at = times["started_at"]
+            self._claim(attempt, err.identity or None, details.claimed_at or now)
+        if job.status == JobStatus.ASSIGNED and details.started_at:
+            job.heartbeat_at = details.started_at
             self._transition(JobStatus.RUNNING)
         job.fail_reason = reason
         job.fail_history.append(FailRecord(reason=reason, worker_id=job.worker_id, ts=now))
-        if tail is not None:
-            job.log_tail = tail
+        if details.log_tail is not None:
+            job.log_tail = details.log_tail
         self._transition(JobStatus.FAILED, reason=reason)
         if final or job.attempts >= job.max_attempts:
             job.completed_at = now
@@ -262,25 +253,21 @@ class JobWorkflow:
         job = self._job
         workflow.upsert_search_attributes(
             [
-                attributes.STATUS.value_set(job.status.value),
-                attributes.WORKER.value_set(job.worker_id or ""),
-                attributes.UPDATED_AT.value_set(workflow.now()),
+                search_attributes.STATUS.value_set(job.status.value),
+                search_attributes.WORKER.value_set(job.worker_id or ""),
+                search_attributes.UPDATED_AT.value_set(workflow.now()),
             ]
         )
         workflow.upsert_memo({EVENTS_MEMO: events_memo(job)})
 
 
-def _failure_details(err: ActivityError) -> tuple[str | None, dict[str, int]]:
+def _failure_details(err: ActivityError) -> AttemptFailureDetails:
     """A failed attempt's stderr tail and, for a short one, its claim and start times."""
-    details = err.cause.details if isinstance(err.cause, ApplicationError) else ()
-    tail = details[0] if details and isinstance(details[0], str) else None
-    raw = details[1] if len(details) > 1 and isinstance(details[1], dict) else {}
-    times = {k: int(v) for k, v in raw.items() if isinstance(v, int) and v > 0}
-    return tail, times
+    cause = err.cause
+    details = cause.details if isinstance(cause, ApplicationError) else ()
+    return AttemptFailureDetails.from_details(details)
 
 
-# The HTTP bridge polls attempts under this identity prefix (api/bridge.py).
-BRIDGE_IDENTITY_PREFIX = "jobforge-bridge@"
 # Patch: a native worker that died holding an unreported attempt still took it.
 NATIVE_DEATH_COUNTS_PATCH = "native-death-counts"
 
@@ -306,12 +293,13 @@ def _classify(err: ActivityError) -> tuple[str, bool]:
             return ErrorType.HEARTBEAT_TIMEOUT.value, False
         if cause.type == TimeoutType.START_TO_CLOSE:
             return ErrorType.MAX_RUNTIME_EXCEEDED.value, True
-        return f"timeout: {cause.type.name if cause.type else 'unknown'}", False
+        timeout = Failure(kind="timeout", message=cause.type.name if cause.type else "unknown")
+        return timeout.reason, False
     if isinstance(cause, ApplicationError) and cause.type == ErrorType.AGENT_FAILURE:
+        # An HTTP agent's report: its reason is kept verbatim.
         reason = cause.message or ErrorType.AGENT_FAILURE.value
-        return reason, reason.split(":", 1)[0].strip() in FINAL_FAILURES
+        return reason, Failure.parse(reason).final
     if isinstance(cause, ApplicationError):
-        kind = cause.type or "error"
-        reason = kind if cause.message in ("", kind) else f"{kind}: {cause.message}"
-        return reason, kind in FINAL_FAILURES or cause.non_retryable
+        failure = Failure(kind=cause.type or "error", message=cause.message)
+        return failure.reason, failure.final or cause.non_retryable
     return str(cause or err), False

@@ -9,8 +9,8 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 
-from api.temporal import TemporalSettings, connect
-from workflows import attributes
+from engine.connection import TemporalSettings, connect
+from workflows.search_attributes import REGISTRATION
 
 KINDS = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
@@ -26,9 +26,7 @@ async def register_search_attributes(temporal: TemporalSettings) -> list[str]:
         ListSearchAttributesRequest(namespace=temporal.namespace)
     )
     present = set(existing.custom_attributes) | set(existing.system_attributes)
-    missing = {
-        name: KINDS[kind] for name, kind in attributes.REGISTRATION.items() if name not in present
-    }
+    missing = {name: KINDS[kind] for name, kind in REGISTRATION.items() if name not in present}
     if missing:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(namespace=temporal.namespace, search_attributes=missing)

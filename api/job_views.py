@@ -15,24 +15,10 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.errors import ApiError
-from api.jobs import job_filter
-from workflows.job import EVENTS_MEMO
-from workflows.models import EventsMemo, JobStatus
-
-
-class JobSummary(BaseModel):
-    """A row of the jobs table, built from the job's memo (no query per job)."""
-
-    id: str
-    type: str
-    priority: int
-    status: JobStatus
-    attempts: int
-    worker_id: str | None
-    fail_reason: str | None
-    created_at: int
-    updated_at: int
+from workflows.errors import InvalidField
+from workflows.models import EventsMemo, JobStatus, JobSummary
+from workflows.names import EVENTS_MEMO
+from workflows.search_attributes import job_filter
 
 
 class JobPage(BaseModel):
@@ -40,23 +26,6 @@ class JobPage(BaseModel):
 
     jobs: list[JobSummary]
     next_page_token: str | None
-
-
-def summarize(job_id: str, memo: EventsMemo) -> JobSummary:
-    """The table row for a job, from its latest transitions."""
-    last = memo.transitions[-1]
-    reason = next((t.reason for t in reversed(memo.transitions) if t.reason), None)
-    return JobSummary(
-        id=job_id,
-        type=memo.type,
-        priority=memo.priority,
-        status=last.status,
-        attempts=last.attempts,
-        worker_id=last.worker_id,
-        fail_reason=reason,
-        created_at=memo.created_at,
-        updated_at=last.ts,
-    )
 
 
 def seal_page_token(secret: str, query: str, token: bytes) -> str:
@@ -76,9 +45,7 @@ def open_page_token(secret: str, query: str, page_token: str) -> bytes:
         sealed = b""
     mac, token = sealed[:_MAC_BYTES], sealed[_MAC_BYTES:]
     if not token or not hmac.compare_digest(mac, _page_mac(secret, query, token)):
-        raise ApiError(
-            422, "page_token: not a token from this API for this query", field="page_token"
-        )
+        raise InvalidField("page_token", "not a token from this API for this query")
     return token
 
 
@@ -109,16 +76,14 @@ async def job_page(
         # A token this API issued that Temporal no longer takes: the caller starts
         # again. Any other failure is Temporal's, answered as such.
         if page_token and err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
-            raise ApiError(
-                422, "page_token: expired, start again without it", field="page_token"
-            ) from err
+            raise InvalidField("page_token", "expired, start again without it") from err
         raise
     jobs: list[JobSummary] = []
     for execution in iterator.current_page or []:
         memo = await execution.memo()
         raw = memo.get(EVENTS_MEMO)
         if raw is not None:
-            jobs.append(summarize(execution.id, EventsMemo.model_validate(raw)))
+            jobs.append(JobSummary.of(execution.id, EventsMemo.model_validate(raw)))
     next_token = iterator.next_page_token
     return JobPage(
         jobs=jobs,
@@ -126,13 +91,20 @@ async def job_page(
     )
 
 
+# A cancelled job is `failed` with fail_reason `cancelled` (the spec), and its
+# execution ends Canceled: counted on its own, and not under `failed`.
+CANCELLED = "cancelled"
+_CANCELED = "ExecutionStatus = 'Canceled'"
+
+
 async def job_counts(client: Client, job_type: str | None) -> dict[str, int]:
-    """How many jobs are in each status (one visibility count per status)."""
-    statuses = list(JobStatus)
-    counts = await asyncio.gather(
-        *(client.count_workflows(job_filter(s, job_type)) for s in statuses)
-    )
-    return {s.value: c.count for s, c in zip(statuses, counts, strict=True)}
+    """How many jobs are in each status, cancelled ones apart from failed ones (one
+    visibility count per status)."""
+    queries = {s.value: job_filter(s, job_type) for s in JobStatus}
+    queries[JobStatus.FAILED.value] += " AND ExecutionStatus != 'Canceled'"
+    queries[CANCELLED] = f"{job_filter(None, job_type)} AND {_CANCELED}"
+    counts = await asyncio.gather(*(client.count_workflows(q) for q in queries.values()))
+    return {name: c.count for name, c in zip(queries, counts, strict=True)}
 
 
 async def oldest_pending_age_s(client: Client, horizon_s: float = 30 * 24 * 3600) -> float:
@@ -158,3 +130,25 @@ async def oldest_pending_age_s(client: Client, horizon_s: float = 30 * 24 * 3600
         else:
             low = middle
     return max(now - low, 0.0)
+
+
+class JobViews:
+    """The dashboard's and the metrics' reads, bound to one client and page secret."""
+
+    def __init__(self, client: Client, secret: str) -> None:
+        self._client = client
+        self._secret = secret
+
+    async def page(
+        self, status: JobStatus | None, job_type: str | None, limit: int, token: str | None
+    ) -> JobPage:
+        """A page of summaries (see `job_page`)."""
+        return await job_page(self._client, self._secret, status, job_type, limit, token)
+
+    async def counts(self, job_type: str | None) -> dict[str, int]:
+        """Jobs per status (see `job_counts`)."""
+        return await job_counts(self._client, job_type)
+
+    async def oldest_pending_age_s(self) -> float:
+        """Age of the oldest pending job (see `oldest_pending_age_s`)."""
+        return await oldest_pending_age_s(self._client)

@@ -33,20 +33,12 @@ from temporalio.client import AsyncActivityCancelledError, AsyncActivityHandle, 
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.errors import ApiError
-from api.jobs import JobService, now_ms
-from api.temporal import TemporalSettings
-from workflows.job import BRIDGE_IDENTITY_PREFIX, FINAL_FAILURES, REPORT_SIGNAL
-from workflows.models import (
-    AttemptInput,
-    AttemptReport,
-    AttemptResult,
-    ClaimedJob,
-    ErrorType,
-    Job,
-    JobStatus,
-    attempt_activity_id,
-)
+from api.job_service import JobService
+from engine.clock import now_ms
+from engine.connection import TemporalSettings
+from workflows.errors import ErrorType, Failure, JobConflict
+from workflows.models import AttemptInput, AttemptReport, AttemptResult, ClaimedJob, Job, JobStatus
+from workflows.names import BRIDGE_IDENTITY_PREFIX, REPORT_SIGNAL, attempt_activity_id
 
 log = logging.getLogger("jobforge.bridge")
 
@@ -233,18 +225,11 @@ class Bridge:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
             return None  # the job closed meanwhile
-        return ClaimedJob(
-            id=inp.job_id,
-            type=inp.type,
-            status=JobStatus.ASSIGNED,
+        return ClaimedJob.of(
+            inp,
             worker_id=worker_id,
-            attempt=inp.attempt,
-            params=inp.params,
-            solver_url=inp.solver_url,
-            solver_checksum=inp.solver_checksum,
-            max_runtime_ms=inp.max_runtime_ms,
-            heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
             claimed_at=claimed_at,
+            heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
         )
 
     # -- heartbeat, result, fail ------------------------------------------------------
@@ -260,13 +245,10 @@ class Bridge:
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
             job = await self._jobs.get(job_id)
-        if job.status == JobStatus.FAILED and job.fail_reason == ErrorType.CANCELLED.value:
-            raise ApiError(
-                409, "job was cancelled; stop it", id=job_id, status="failed", cancelled=True
-            )
+        if job.cancelled:
+            raise _cancelled(job_id)
         if job.status not in HELD_STATUSES or job.worker_id != worker_id:
-            raise ApiError(
-                409,
+            raise JobConflict(
                 f"job is not held by worker {worker_id} (status {job.status.value})",
                 id=job_id,
                 status=job.status.value,
@@ -296,13 +278,11 @@ class Bridge:
                 await self._client.get_workflow_handle(job.id).signal(REPORT_SIGNAL, report)
             await handle.heartbeat(*([progress] if progress is not None else []))
         except AsyncActivityCancelledError as err:
-            raise ApiError(
-                409, "job was cancelled; stop it", id=job_id, status="failed", cancelled=True
-            ) from err
+            raise _cancelled(job_id) from err
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            raise ApiError(409, "the attempt is over (timed out or replaced)", id=job_id) from err
+            raise _attempt_over(job_id) from err
 
     async def result(
         self,
@@ -332,14 +312,14 @@ class Bridge:
             latest = await self._jobs.get(job_id)
             if latest.status == JobStatus.COMPLETED:
                 return self._same_result(latest, key)
-            raise ApiError(409, "the attempt is over (timed out or replaced)", id=job_id) from err
+            raise _attempt_over(job_id) from err
         return job.model_copy(update={"status": JobStatus.COMPLETED, "result": result})
 
     @staticmethod
     def _same_result(job: Job, key: str) -> Job:
         if job.result_key == key or job.result_hash == key:
             return job
-        raise ApiError(409, "job is already completed with a different result", id=job.id)
+        raise JobConflict("job is already completed with a different result", id=job.id)
 
     async def fail(self, job_id: str, worker_id: str, reason: str) -> JobStatus:
         """Fail the attempt: re-queued, or quarantined when attempts are used up."""
@@ -350,13 +330,21 @@ class Bridge:
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            raise ApiError(409, "the attempt is over (timed out or replaced)", id=job_id) from err
-        final = reason.split(":", 1)[0].strip() in FINAL_FAILURES
+            raise _attempt_over(job_id) from err
+        final = Failure.parse(reason).final
         return (
             JobStatus.QUARANTINED
             if final or job.attempts >= job.max_attempts
             else JobStatus.PENDING
         )
+
+
+def _cancelled(job_id: str) -> JobConflict:
+    return JobConflict("job was cancelled; stop it", id=job_id, status="failed", cancelled=True)
+
+
+def _attempt_over(job_id: str) -> JobConflict:
+    return JobConflict("the attempt is over (timed out or replaced)", id=job_id)
 
 
 def _canonical(value: JsonValue) -> bytes:

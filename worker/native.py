@@ -6,22 +6,21 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from datetime import timedelta
 
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError
+from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.attempt import JobActivities, RunnerConfig, split_command
-from api.temporal import TemporalSettings, connect, metrics_runtime
-from api.workers import SEEN_EVERY_S, register_worker
+from activities.attempt import JobActivities, RunnerConfig
+from engine.clock import now_ms
+from engine.connection import TemporalSettings, connect, metrics_runtime
+from engine.directory import known_job_types, register_worker, worker_seen
 from worker.settings import SolverSettings, WorkerSettings
-from workflows.job import JobWorkflow
+from workflows.job_workflow import JobWorkflow
 from workflows.models import WorkerInfo
-from workflows.registry import TYPES_MEMO, JobTypeRegistry, registry_workflow_id
-from workflows.workers import SEEN_SIGNAL, WorkerRecordWorkflow, worker_workflow_id
+from workflows.type_registry import JobTypeRegistry
+from workflows.worker_record import WorkerRecordWorkflow
 
 log = logging.getLogger("jobforge.worker")
 
@@ -45,18 +44,8 @@ def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
     )
 
 
-async def known_job_types(client: Client, task_queue: str) -> list[str]:
-    """Every job type ever submitted, from the registry workflow's memo."""
-    handle = client.get_workflow_handle(registry_workflow_id(task_queue))
-    try:
-        desc = await handle.describe()
-    except RPCError:
-        return []
-    if desc.status != WorkflowExecutionStatus.RUNNING and desc.status is not None:
-        return []
-    memo = await desc.memo()
-    types = memo.get(TYPES_MEMO, [])
-    return [str(t) for t in types] if isinstance(types, list) else []
+# How often a worker tells its record it is alive (each is a history event).
+SEEN_EVERY_S = 15.0
 
 
 class NativeWorker:
@@ -72,16 +61,13 @@ class NativeWorker:
         self._client = client
         self._temporal = temporal
         self._settings = settings
-        cache = solver.cache()
         config = RunnerConfig(
             worker_id=settings.node_id,
-            solvers={name: split_command(cmd) for name, cmd in settings.solvers.items()},
-            max_output_bytes=solver.max_output_bytes,
-            log_tail_bytes=solver.log_tail_bytes,
-            max_memory_bytes=solver.max_memory_bytes,
+            source=solver.source(settings.solvers),
+            limits=solver.limits,
             slots=asyncio.Semaphore(settings.cores),
         )
-        self._activities = JobActivities(client, cache, config)
+        self._activities = JobActivities(client, config)
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._workers: dict[str, Worker] = {}
 
@@ -150,7 +136,6 @@ class NativeWorker:
             tags=settings.tags,
             kind="native",
         )
-        handle = self._client.get_workflow_handle(worker_workflow_id(settings.node_id))
         registered = False
         while not stop.is_set():
             try:
@@ -158,7 +143,7 @@ class NativeWorker:
                     await register_worker(self._client, self._temporal, info)
                     registered = True
                 else:
-                    await handle.signal(SEEN_SIGNAL, int(time.time() * 1000))
+                    await worker_seen(self._client, settings.node_id, now_ms())
             except Exception:  # presence is best effort; jobs do not depend on it
                 log.warning("could not update this worker's record", exc_info=True)
             with contextlib.suppress(TimeoutError):
@@ -170,8 +155,8 @@ class NativeWorker:
             try:
                 for job_type in await known_job_types(self._client, self._temporal.task_queue):
                     self.serve_type(job_type)
-            except Exception:  # a registry hiccup must not stop the worker
-                log.exception("reading the job type registry failed")
+            except Exception as err:  # a registry hiccup must not stop the worker
+                log.warning("reading the job type registry failed: %s", err)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._settings.type_poll_ms / 1000)
 

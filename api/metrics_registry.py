@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from temporalio.client import Client
 
-from api.dashboard import job_counts, oldest_pending_age_s
-from api.events import JobEvent
+from api.event_feed import JobEvent
+from api.job_views import JobViews
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -49,9 +48,9 @@ class Metrics:
         if event.event == "job:assigned" and event.attempts == 1:
             self.claim_latency.observe(max(event.ts - event.created_at, 0) / 1000)
 
-    async def render(self, client: Client) -> bytes:
+    async def render(self, views: JobViews) -> bytes:
         """Refresh the visibility gauges and render the text format."""
-        for status, count in (await job_counts(client, None)).items():
+        for status, count in (await views.counts(None)).items():
             self.jobs.labels(status).set(count)
-        self.oldest_pending.set(await oldest_pending_age_s(client))
+        self.oldest_pending.set(await views.oldest_pending_age_s())
         return generate_latest(self.registry)

@@ -1,0 +1,86 @@
+"""The OpenAPI document as the error handlers really answer (api/errors.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+_ERROR_REF = {"$ref": "#/components/schemas/Error"}
+_ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+    "additionalProperties": True,
+}
+_VALIDATION_SCHEMA: dict[str, Any] = {
+    "title": "HTTPValidationError",
+    "type": "object",
+    "required": ["error"],
+    "additionalProperties": True,
+    "properties": {
+        "error": {"type": "string"},
+        "detail": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["field", "message", "type"],
+                "properties": {
+                    "field": {"type": "string"},
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+
+
+def document(app: FastAPI) -> None:
+    """Make /openapi.json describe the error answers the handlers above really give.
+
+    FastAPI documents its own 422 shape (`loc`/`msg`) and no other error; the API
+    answers 422 as `{"error", "detail": [{"field", "message", "type"}]}`, and 401 on a
+    route behind the token, 404/409 on a job's routes, 413 on a body over the limit,
+    503 while Temporal is unreachable, all as `{"error": ...}`.
+    """
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build()
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        schemas["HTTPValidationError"] = _VALIDATION_SCHEMA
+        schemas.pop("ValidationError", None)
+        schemas["Error"] = _ERROR_SCHEMA
+        for path, item in schema.get("paths", {}).items():
+            for method, operation in item.items():
+                responses = operation.setdefault("responses", {})
+
+                def add(code: str, description: str, responses: dict[str, Any] = responses) -> None:
+                    responses.setdefault(
+                        code,
+                        {
+                            "description": description,
+                            "content": {"application/json": {"schema": _ERROR_REF}},
+                        },
+                    )
+
+                if "requestBody" in operation:
+                    add("400", "Body is not parseable")
+                if operation.get("security"):
+                    add("401", "Missing or invalid bearer token")
+                if "{job_id}" in path:
+                    add("404", "No such job")
+                if method in ("post", "delete") and path.startswith("/api/jobs"):
+                    add("409", "Conflicts with the job's state or an earlier request")
+                if method in ("post", "put", "patch"):
+                    add("413", "Body larger than MAX_BODY_BYTES")
+                if path.startswith("/api/"):
+                    add("503", "Temporal is unavailable; try again")
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

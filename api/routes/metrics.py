@@ -1,0 +1,17 @@
+"""`GET /metrics`: Prometheus text format, open like a health check."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api.deps import FeedDep, MetricsDep, ViewsDep
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(registry: MetricsDep, views: ViewsDep, feed: FeedDep) -> Response:
+    """Prometheus text format: jobs by status, oldest pending age, counters."""
+    feed.start()  # the event counters come from the feed
+    body = await registry.render(views)
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

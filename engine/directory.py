@@ -1,0 +1,72 @@
+"""The deployment's directory, from outside the workflows: the job types ever
+submitted (JobTypeRegistry, workflows/type_registry.py) and the registered workers
+(WorkerRecord, workflows/worker_record.py). The same two concepts as those workflow
+modules, seen from the caller's side: the API, the native worker and the CLI use it."""
+
+from __future__ import annotations
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from engine.clock import now_ms
+from engine.connection import TemporalSettings
+from workflows.models import WorkerInfo, WorkerRecord
+from workflows.names import (
+    ADD_TYPE_SIGNAL,
+    REGISTER_SIGNAL,
+    TYPES_MEMO,
+    registry_workflow_id,
+    worker_workflow_id,
+)
+from workflows.type_registry import JobTypeRegistry
+from workflows.worker_record import WorkerRecordWorkflow
+
+
+async def known_job_types(client: Client, task_queue: str) -> list[str]:
+    """Every job type ever submitted, from the registry workflow's memo (a describe
+    call: no workflow task). None yet, or no registry: an empty list."""
+    try:
+        desc = await client.get_workflow_handle(registry_workflow_id(task_queue)).describe()
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return []
+    if desc.status not in (WorkflowExecutionStatus.RUNNING, None):
+        return []
+    raw = (await desc.memo()).get(TYPES_MEMO, [])
+    return [str(t) for t in raw] if isinstance(raw, list) else []
+
+
+async def register_job_type(client: Client, temporal: TemporalSettings, job_type: str) -> None:
+    """Add a type to the registry, starting the registry if need be (idempotent)."""
+    await client.start_workflow(
+        JobTypeRegistry.run,
+        [],
+        id=registry_workflow_id(temporal.task_queue),
+        task_queue=temporal.task_queue,
+        start_signal=ADD_TYPE_SIGNAL,
+        start_signal_args=[job_type],
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+async def register_worker(client: Client, temporal: TemporalSettings, info: WorkerInfo) -> None:
+    """Create or update a worker's record (signal-with-start: idempotent upsert)."""
+    now = now_ms()
+    await client.start_workflow(
+        WorkerRecordWorkflow.run,
+        WorkerRecord(info=info, registered_at=now, last_heartbeat=now),
+        id=worker_workflow_id(info.worker_id),
+        task_queue=temporal.task_queue,
+        start_signal=REGISTER_SIGNAL,
+        start_signal_args=[info],
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+async def worker_seen(client: Client, worker_id: str, ts: int) -> None:
+    """Tell a worker's record it was heard from at `ts`."""
+    await client.get_workflow_handle(worker_workflow_id(worker_id)).signal(
+        WorkerRecordWorkflow.seen, ts
+    )

@@ -1,0 +1,150 @@
+"""jobforge's one error vocabulary.
+
+- `ErrorType`: the failure type strings activities raise and the workflow records.
+- `Failure`: a failure reason as a model (the spec's `fail_reason` string is its text).
+- `AttemptFailureDetails`: what a failed attempt carries to the workflow.
+- Domain errors (`JobNotFound`, `JobConflict`, …): what services raise; `api/errors.py`
+  maps each class to one HTTP status, in one table.
+
+Stdlib and pydantic only, like the models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ErrorType(StrEnum):
+    """Failure type strings, defined once: activities raise them, the API maps them."""
+
+    SOLVER_CHECKSUM_MISMATCH = "solver_checksum_mismatch"
+    SOLVER_FETCH_FAILED = "solver_fetch_failed"
+    SOLVER_NOT_FOUND = "solver_not_found"
+    SOLVER_EXIT = "solver_exit"
+    SOLVER_START_FAILED = "solver_start_failed"
+    RESULT_TOO_LARGE = "result_too_large"
+    MAX_RUNTIME_EXCEEDED = "max_runtime_exceeded"
+    HEARTBEAT_TIMEOUT = "heartbeat_timeout"
+    WORKER_SHUTDOWN = "worker_shutdown"
+    CANCELLED = "cancelled"
+    NOT_CANCELLABLE = "not_cancellable"
+    QUARANTINED = "quarantined"
+    # The HTTP bridge got a task but no claimer was left to take it: not an attempt.
+    CLAIM_ABANDONED = "claim_abandoned"
+    # A failure an HTTP agent reported; its reason is kept verbatim.
+    AGENT_FAILURE = "agent_failure"
+    # An HTTP agent's own error (not one of the solver failures above).
+    AGENT_ERROR = "agent_error"
+
+
+# Failures that end the job at once, whatever attempts remain.
+FINAL_FAILURES = frozenset({ErrorType.SOLVER_CHECKSUM_MISMATCH, ErrorType.MAX_RUNTIME_EXCEEDED})
+
+
+class Failure(BaseModel):
+    """A failure reason: its kind (usually an `ErrorType`) and a message.
+
+    Its text form, `kind: message` (or just `kind`), is the spec's `fail_reason` and
+    what an HTTP agent reports; `parse` reads it back. This is the one place that
+    knows that format.
+    """
+
+    kind: str
+    message: str = ""
+
+    @property
+    def reason(self) -> str:
+        """The text form."""
+        if not self.message or self.message == self.kind:
+            return self.kind
+        return f"{self.kind}: {self.message}"
+
+    @property
+    def final(self) -> bool:
+        """Whether this failure ends the job at once."""
+        return self.kind in FINAL_FAILURES
+
+    @classmethod
+    def parse(cls, reason: str) -> Failure:
+        """A reason's kind and message (a reason without a colon is all kind)."""
+        kind, sep, message = reason.partition(":")
+        if not sep:
+            return cls(kind=reason.strip(), message="")
+        return cls(kind=kind.strip(), message=message.strip())
+
+
+class AttemptFailureDetails(BaseModel):
+    """The details a failed attempt's ApplicationError carries: the solver's stderr
+    tail and, for a short attempt whose reports never went out, its claim and start
+    times (so the workflow records `assigned` and `running` all the same)."""
+
+    log_tail: str | None = None
+    claimed_at: int | None = None
+    started_at: int | None = None
+
+    @classmethod
+    def from_details(cls, details: Sequence[Any]) -> AttemptFailureDetails:
+        """Read an ApplicationError's details: this model, or the older positional
+        form `(tail, {"claimed_at": …, "started_at": …})` of recorded histories."""
+        if not details:
+            return cls()
+        first = details[0]
+        if isinstance(first, dict) and not (len(details) > 1):
+            return cls.model_validate(first)
+        times = details[1] if len(details) > 1 and isinstance(details[1], dict) else {}
+        valid = {k: int(v) for k, v in times.items() if isinstance(v, int) and v > 0}
+        return cls(
+            log_tail=first if isinstance(first, str) else None,
+            claimed_at=valid.get("claimed_at"),
+            started_at=valid.get("started_at"),
+        )
+
+
+# -- domain errors: raised by services, mapped to HTTP once (api/errors.py) ------------
+
+
+class JobforgeError(Exception):
+    """A request jobforge cannot carry out; `extra` becomes fields of the answer."""
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+
+class JobNotFound(JobforgeError):  # noqa: N818 - the domain's own words
+    """No job has this id."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} not found", id=job_id)
+
+
+class JobConflict(JobforgeError):  # noqa: N818 - the domain's own words
+    """The request conflicts with the job's state or an earlier request."""
+
+
+class InvalidField(JobforgeError):  # noqa: N818 - the domain's own words
+    """A request field has a value jobforge refuses; the message names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message if message.startswith(field) else f"{field}: {message}")
+        self.extra = {"field": field}
+
+
+class TemporalUnavailable(JobforgeError):  # noqa: N818 - the domain's own words
+    """Temporal cannot be reached, or no worker answers; try again shortly."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"Temporal is unavailable, try again: {detail}")
+
+
+class TemporalCallFailed(JobforgeError):  # noqa: N818 - the domain's own words
+    """Temporal refused a call for a reason that is neither the caller's nor transient."""
+
+
+class Unauthorized(JobforgeError):  # noqa: N818 - the domain's own words
+    """A missing or wrong token."""

@@ -1,0 +1,52 @@
+"""Every name that crosses a layer: workflow types and ids, activity, signal, update,
+query and memo names. The workflows define handlers under these names; the API, the
+activities and the workers address them by the same constants.
+
+Pure strings and string functions: the workflow sandbox, the API and the workers all
+import this module.
+"""
+
+from __future__ import annotations
+
+# -- JobWorkflow: one per job, workflow id = job id ----------------------------------
+JOB_WORKFLOW = "JobWorkflow"
+RUN_JOB_ACTIVITY = "run_job"
+REPORT_SIGNAL = "attempt_report"
+CANCEL_UPDATE = "cancel"
+JOB_QUERY = "job"
+EVENTS_MEMO = "events"
+
+# -- JobTypeRegistry: the durable set of job types -----------------------------------
+TYPE_REGISTRY_WORKFLOW = "JobTypeRegistry"
+ADD_TYPE_SIGNAL = "add_type"
+TYPES_QUERY = "types"
+TYPES_MEMO = "types"
+
+# -- WorkerRecord: one per registered worker ------------------------------------------
+WORKER_RECORD_WORKFLOW = "WorkerRecord"
+REGISTER_SIGNAL = "register"
+SEEN_SIGNAL = "seen"
+RECORD_MEMO = "worker"
+
+# The HTTP bridge polls attempts under this identity prefix (api/agent_bridge.py); the
+# workflow tells a bridge-held attempt from a native worker's by it.
+BRIDGE_IDENTITY_PREFIX = "jobforge-bridge@"
+
+
+def registry_workflow_id(task_queue: str) -> str:
+    """The registry of the jobforge deployment whose JobWorkflows run on `task_queue`
+    (the registry runs there too, so it lives and dies with that deployment)."""
+    return f"jobforge-job-types-{task_queue}"
+
+
+REGISTRY_WORKFLOW_ID = registry_workflow_id("jobforge")
+
+
+def worker_workflow_id(worker_id: str) -> str:
+    """Workflow id of a worker's record."""
+    return f"jobforge-worker-{worker_id}"
+
+
+def attempt_activity_id(attempt: int) -> str:
+    """Activity id of one attempt; a late report for another attempt is ignored."""
+    return f"attempt-{attempt}"
