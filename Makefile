@@ -11,8 +11,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# Options go through ARGS: make dev ARGS='--data-dir /tmp/x --api-port 8010' (jobforge dev --help).
 dev: $(STAMP)
-	$(BIN)/jobforge dev
+	$(BIN)/jobforge dev $(ARGS)
 
 # The dashboard tests drive Debian's Chromium; as root, install it when missing.
 browser:
@@ -33,8 +34,11 @@ lint: $(STAMP)
 faults: $(STAMP)
 	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_inputs.py tests/test_fuzz.py
 
+# The three main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
 bench: $(STAMP)
-	$(BIN)/python bench/throughput --jobs 1000
+	$(BIN)/python -m bench.throughput --jobs 1000
+	$(BIN)/python -m bench.claim_latency
+	$(BIN)/python -m bench.event_latency
 
 clean:
 	rm -rf $(VENV) .jobforge .pytest_cache .mypy_cache .ruff_cache

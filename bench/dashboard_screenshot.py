@@ -1,8 +1,9 @@
 """Screenshots of the dashboard: a fresh dev stack, jobs in every state, headless Chromium.
 
-Writes docs/dashboard.png and docs/dashboard-detail.png (a job's detail panel open):
+Writes docs/dashboard.png and docs/dashboard-detail.png (a job's detail panel open);
+run it from the repository root:
 
-    .venv/bin/python bench/dashboard_screenshot.py [--out docs/dashboard.png]
+    .venv/bin/python -m bench.dashboard_screenshot [--out docs/dashboard.png]
 
 Needs /usr/bin/chromium (Debian's) and the `playwright` package; downloads nothing.
 """
@@ -11,12 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
@@ -24,10 +21,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect, sync_playwright
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from worker.devserver import DevServer, free_port, wait_for_port  # noqa: E402
+from bench.harness import ROOT, Proc, jobforge, spawn, start_dev_server, wait_until
+from worker.devserver import env_with, free_port, wait_for_port
 
 SECRET = "screenshot-secret"
 CHROMIUM_ARGS = [
@@ -49,29 +44,18 @@ SOLVERS = {
 }
 
 
-def wait(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    """Poll until truthy."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.dashboard_screenshot", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "dashboard.png")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="jf-shot-"))
-    server = DevServer(work / "temporal", port=free_port(), ui_port=None)
-    server.start()
-    procs: list[subprocess.Popen[bytes]] = []
-    env = dict(
-        os.environ,
+    server = start_dev_server(work / "temporal")
+    procs: list[Proc] = []
+    env = env_with(
         TEMPORAL_ADDRESS=server.address,
         TEMPORAL_UI_URL="http://127.0.0.1:8233",
         FORGE_INGEST_SECRET=SECRET,
@@ -82,24 +66,17 @@ def main() -> None:
         SOLVER_CACHE_DIR=str(work / "cache"),
     )
 
-    def spawn(argv: list[str], **extra: str) -> subprocess.Popen[bytes]:
-        log = (work / f"{argv[0]}-{len(procs)}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", *argv],
-            env={**env, **extra},
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    def start(*args: str, **extra: str) -> Proc:
+        proc = spawn(jobforge(*args), work / f"{args[0]}-{len(procs)}.log", {**env, **extra})
         procs.append(proc)
         return proc
 
     try:
         port = free_port()
-        wait_for_port(port, 30, spawn(["api", "--port", str(port)]))
+        wait_for_port(port, 30, start("api", "--port", str(port)).process)
         url = f"http://127.0.0.1:{port}"
         http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=30)
-        spawn(["worker"], NODE_ID="node-a.lab", WORKER_CORES="2", WORKER_TAGS="cpu,avx2")
+        start("worker", NODE_ID="node-a.lab", WORKER_CORES="2", WORKER_TAGS="cpu,avx2")
         http.post(
             "/api/workers/register",
             json={
@@ -111,7 +88,6 @@ def main() -> None:
                 "kind": "agent",
             },
         ).raise_for_status()
-        registered_at = time.monotonic()
 
         solvers = {}
         for name, body in SOLVERS.items():
@@ -133,7 +109,7 @@ def main() -> None:
             def reached() -> bool:
                 return http.get(f"/api/jobs/{job_id}").json()["status"] in statuses
 
-            wait(reached, f"job {job_id} to be {'/'.join(statuses)}")
+            wait_until(reached, interval=0.2, what=f"job {job_id} to be {'/'.join(statuses)}")
 
         done = [
             submit(t, "quick", params={"frame": i}, priority=p)
@@ -150,7 +126,12 @@ def main() -> None:
         queued = [submit(t, "quick", params={"batch": i}) for i, t in enumerate(["ingest"] * 3)]
         http.delete(f"/api/jobs/{queued[0]}").raise_for_status()
         reach(queued[0], "failed")
-        time.sleep(max(0.0, ALIVE_WINDOW_S + 1 - (time.monotonic() - registered_at)))
+
+        def agent_dead() -> bool:
+            listed = http.get("/api/workers").json()
+            return any(w["worker_id"] == "gpu-box-7" and not w["alive"] for w in listed)
+
+        wait_until(agent_dead, timeout=ALIVE_WINDOW_S + 30, interval=0.5, what="gpu-box-7 dead")
 
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
@@ -185,12 +166,7 @@ def main() -> None:
         )
     finally:
         for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.stop(timeout=15)
         server.stop()
 
 

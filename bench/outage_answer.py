@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """How long the API takes to answer while Temporal is down.
 
-Run it with the project's interpreter:
+Run it from the repository root with the project's interpreter:
 
-    .venv/bin/python bench/outage_answer --requests 10
+    .venv/bin/python -m bench.outage_answer --requests 10
 
 One headless Temporal dev server (free port, fresh temp data dir) and one API process
 (`python -m worker.cli api`) per setting of API_TEMPORAL_RETRY_MS (the shipped 2000,
@@ -19,48 +18,30 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-SELF = Path(__file__).resolve()
-ROOT = SELF.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import httpx
 
-try:
-    import httpx
-
-    from bench.benchkit import code_version
-    from worker.devserver import DevServer, free_port, wait_for_port
-except ImportError as err:  # pragma: no cover - a hint for the wrong interpreter
-    sys.exit(f"{err}: run this with the project's interpreter: .venv/bin/python {SELF.name}")
-
-SECRET = "bench-secret"
+from bench.harness import SECRET, code_version, jobforge, spawn, start_dev_server
+from worker.devserver import env_with, free_port, wait_for_port
 
 
 def measure(retry_ms: int, requests: int, workdir: Path) -> None:
-    server = DevServer(workdir / f"temporal-{retry_ms}", port=free_port(), ui_port=None)
-    server.start()
+    """One API with `API_TEMPORAL_RETRY_MS=retry_ms`: answer times once Temporal is gone."""
+    server = start_dev_server(workdir / f"temporal-{retry_ms}")
     port = free_port()
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": server.address,
-        "FORGE_INGEST_SECRET": SECRET,
-        "API_TEMPORAL_RETRY_MS": str(retry_ms),
-        "LOG_LEVEL": "ERROR",
-    }
-    api = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "api", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    env = env_with(
+        TEMPORAL_ADDRESS=server.address,
+        FORGE_INGEST_SECRET=SECRET,
+        API_TEMPORAL_RETRY_MS=str(retry_ms),
+        LOG_LEVEL="ERROR",
     )
+    api = spawn(jobforge("api", "--port", str(port)), workdir / f"api-{retry_ms}.log", env)
     try:
-        wait_for_port(port, 30, api)
+        wait_for_port(port, 30, api.process)
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}",
             headers={"Authorization": f"Bearer {SECRET}"},
@@ -70,7 +51,7 @@ def measure(retry_ms: int, requests: int, workdir: Path) -> None:
             submitted.raise_for_status()
             job_id = submitted.json()["id"]
             server.stop()
-            kinds = {
+            kinds: dict[str, Callable[[], httpx.Response]] = {
                 "GET /api/jobs": lambda: http.get("/api/jobs"),
                 "GET /api/jobs/{id}": lambda: http.get(f"/api/jobs/{job_id}"),
                 "POST /api/jobs": lambda: http.post("/api/jobs", json={"type": "outage-bench"}),
@@ -89,13 +70,14 @@ def measure(retry_ms: int, requests: int, workdir: Path) -> None:
                     flush=True,
                 )
     finally:
-        api.terminate()
-        api.wait(20)
+        api.stop(timeout=20)
         server.stop()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.outage_answer", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--requests", type=int, default=10, help="requests of each kind")
     args = parser.parse_args()
     print(f"code: {code_version()}")

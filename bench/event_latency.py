@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Event latency: from a job transition to its arrival on SSE clients of the event stream.
 
-Run it with the project's interpreter:
+Run it from the repository root with the project's interpreter:
 
-    .venv/bin/python bench/event_latency --clients 1,50
+    .venv/bin/python -m bench.event_latency --clients 1,50
 
 One run starts one headless Temporal dev server (free port, fresh temp data dir), the
 real API (`python -m worker.cli api`, EVENTS_SETTLE_MS / EVENTS_POLL_MS left at their
@@ -29,150 +28,33 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import platform
-import shutil
-import signal
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-SELF = Path(__file__).resolve()
-ROOT = SELF.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import httpx
 
-try:
-    import httpx
-    from temporalio.client import Client
+from api.settings import ApiSettings
+from bench.harness import (
+    SECRET,
+    Bench,
+    CpuMeter,
+    api_client,
+    connect_when_healthy,
+    describe,
+    exit_now,
+    load_average,
+    parse,
+    percentile,
+    run_bench,
+    submit_job,
+)
 
-    from api.settings import ApiSettings
-    from worker.devserver import DevServer, free_port, wait_for_port
-    from bench.benchkit import code_version
-except ImportError as err:  # pragma: no cover - a hint for the wrong interpreter
-    sys.exit(
-        f"{err}: run this with the project's interpreter: .venv/bin/python bench/event_latency"
-    )
-
-PYTHON = sys.executable
-SECRET = "bench-secret"
 JOB_TYPE = "eventbench"
-SOLVER = ["/bin/sh", "-c", "printf {}"]  # called as [*SOLVER, "--params", json]: $0 $1
 EVENTS_PER_JOB = 4  # created, assigned, running, completed
-
-
-# -- processes -------------------------------------------------------------------------
-
-
-@dataclass
-class Child:
-    """A subprocess the benchmark started, with its log."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def output(self) -> str:
-        """What it logged so far."""
-        return self.log.read_text(errors="replace")
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """TERM, then KILL if it lingers."""
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-@dataclass
-class Bench:
-    """Everything one run owns: the server, its children, the temp dir."""
-
-    args: argparse.Namespace
-    data: Path
-    server: DevServer
-    children: list[Child] = field(default_factory=list)
-
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
-        """Start a child in its own session (the benchmark stops it, in order)."""
-        log = self.data / f"{name}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        child = Child(name, process, log)
-        self.children.append(child)
-        return child
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """Environment of a jobforge child (EVENTS_* only when asked for)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("EVENTS_")}
-        env.update(
-            TEMPORAL_ADDRESS=self.server.address,
-            FORGE_INGEST_SECRET=SECRET,
-            SOLVER_CACHE_DIR=str(self.data / "solver-cache"),
-            LOG_LEVEL="INFO",
-            PYTHONUNBUFFERED="1",
-        )
-        env.update(extra)
-        return env
-
-    def stop_all(self) -> None:
-        """Stop every child, then the server."""
-        for child in reversed(self.children):
-            with contextlib.suppress(Exception):
-                child.stop()
-        self.server.stop()
-
-
-def wait_for_text(child: Child, text: str, timeout: float = 60.0) -> None:
-    """Block until `text` appears in the child's log."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if text in child.output():
-            return
-        if child.process.poll() is not None:
-            raise RuntimeError(f"{child.name} exited early:\n{child.output()[-3000:]}")
-        time.sleep(0.05)
-    raise TimeoutError(f"{child.name} did not log {text!r} in {timeout:g} s")
-
-
-async def connect_when_healthy(address: str, deadline_s: float = 60.0) -> Client:
-    """A client, once the dev server's frontend reports healthy (it listens earlier)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            return await Client.connect(address, identity="bench-driver")
-        except RuntimeError:
-            if time.monotonic() > end:
-                raise
-            await asyncio.sleep(0.2)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its reaped children (Linux /proc), in s."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
+EVENT_NAMES = ("job:created", "job:assigned", "job:running", "job:completed")
 
 
 # -- the SSE client ----------------------------------------------------------------------
@@ -273,27 +155,6 @@ class SseClient:
             self.completed.add(body["id"])
 
 
-# -- statistics ------------------------------------------------------------------------
-
-
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * pct // 100))  # ceil(n * pct / 100)
-    return ordered[int(rank) - 1]
-
-
-def describe(values: list[float]) -> str:
-    """n, min, mean, p50, p90, p99, max."""
-    if not values:
-        return "n=0"
-    return (
-        f"n={len(values)} min {min(values):.0f} mean {statistics.fmean(values):.0f} "
-        f"p50 {percentile(values, 50):.0f} p90 {percentile(values, 90):.0f} "
-        f"p99 {percentile(values, 99):.0f} max {max(values):.0f} ms"
-    )
-
-
 @dataclass
 class Result:
     """One phase's latencies."""
@@ -312,7 +173,7 @@ class Result:
 
 
 async def phase(
-    bench: Bench, client_count: int, api_port: int, http: httpx.AsyncClient, pids: dict[str, int]
+    bench: Bench, client_count: int, api_port: int, http: httpx.AsyncClient, meter: CpuMeter
 ) -> Result:
     """`client_count` SSE clients; jobs at --rate for --duration; their latencies."""
     args = bench.args
@@ -324,16 +185,13 @@ async def phase(
             if c.error is not None:
                 raise RuntimeError(f"an SSE client failed: {c.error!r}")
         await asyncio.sleep(1.0)  # the feed's poller is running, its cursor is now
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        meter.start()
         began = time.monotonic()
         ids: list[str] = []
         count = int(args.rate * args.duration)
 
         async def submit(index: int) -> None:
-            response = await http.post("/api/jobs", json={"type": JOB_TYPE, "params": {"i": index}})
-            if response.status_code != 201:
-                raise RuntimeError(f"POST /api/jobs: {response.status_code} {response.text}")
-            ids.append(response.json()["id"])
+            ids.append(await submit_job(http, JOB_TYPE, {"i": index}))
 
         submits = []
         for index in range(count):
@@ -352,7 +210,7 @@ async def phase(
                     raise RuntimeError(f"an SSE client failed: {c.error!r}")
             await asyncio.sleep(0.1)
         seconds = time.monotonic() - began
-        cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+        cpu = meter.stop()
     finally:
         for task in tasks:
             task.cancel()
@@ -386,54 +244,34 @@ async def phase(
     )
 
 
-async def run_bench(bench: Bench) -> None:
+async def run(bench: Bench) -> None:
     """The stack, then one phase per client count."""
     args = bench.args
     await connect_when_healthy(bench.server.address)
-    api_port = free_port()
-    events_env = {}
+    events_env: dict[str, str] = {}
     if args.settle_ms is not None:
         events_env["EVENTS_SETTLE_MS"] = str(args.settle_ms)
     if args.poll_ms is not None:
         events_env["EVENTS_POLL_MS"] = str(args.poll_ms)
-    api = bench.spawn(
-        "api",
-        [PYTHON, "-m", "worker.cli", "api", "--port", str(api_port)],
-        bench.env(**events_env),
+    api, api_port = bench.start_api(**events_env)
+    worker = bench.start_noop_worker(JOB_TYPE, "bench-event-worker")
+    meter = CpuMeter(
+        {
+            "temporal": bench.server_pid(),
+            "api": api.process.pid,
+            "worker": worker.process.pid,
+            "bench (clients + submitter)": os.getpid(),
+        }
     )
-    worker = bench.spawn(
-        "worker",
-        [PYTHON, "-m", "worker.cli", "worker"],
-        bench.env(
-            WORKER_TYPES=JOB_TYPE,
-            WORKER_SOLVERS=json.dumps({JOB_TYPE: SOLVER}),
-            NODE_ID="bench-event-worker",
-        ),
-    )
-    wait_for_port(api_port, 60, api.process)
-    wait_for_text(worker, "ready: workflows=True")
-    assert bench.server.process is not None
-    pids = {
-        "temporal": bench.server.process.pid,
-        "api": api.process.pid,
-        "worker": worker.process.pid,
-        "bench (clients + submitter)": os.getpid(),
-    }
-    http = httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{api_port}",
-        headers={"Authorization": f"Bearer {SECRET}"},
-        timeout=60,
-    )
-    try:
+    async with api_client(api_port, timeout=60) as http:
         # Warm-up: the type registry, the worker's caches, the feed's first ticks.
         for index in range(args.warmup):
-            response = await http.post("/api/jobs", json={"type": JOB_TYPE, "params": {"w": index}})
-            response.raise_for_status()
+            await submit_job(http, JOB_TYPE, {"w": index})
             await asyncio.sleep(1 / args.rate)
         await asyncio.sleep(3.0)
         results = []
         for count in args.client_counts:
-            result = await phase(bench, count, api_port, http, pids)
+            result = await phase(bench, count, api_port, http, meter)
             results.append(result)
             load = os.getloadavg()
             print(
@@ -442,20 +280,15 @@ async def run_bench(bench: Bench) -> None:
                 flush=True,
             )
             await asyncio.sleep(2.0)
-    finally:
-        await http.aclose()
 
     print()
     for result in results:
-        print(f"clients={result.clients} latency: {describe(result.latency_ms)}")
-        for name in ("job:created", "job:assigned", "job:running", "job:completed"):
+        print(f"clients={result.clients} latency: {describe(result.latency_ms, 0)}")
+        for name in EVENT_NAMES:
             if name in result.by_event:
-                print(f"  {name:<14} {describe(result.by_event[name])}")
-        others = sorted(
-            set(result.by_event) - {"job:created", "job:assigned", "job:running", "job:completed"}
-        )
-        for name in others:
-            print(f"  {name:<14} {describe(result.by_event[name])}")
+                print(f"  {name:<14} {describe(result.by_event[name], 0)}")
+        for name in sorted(set(result.by_event) - set(EVENT_NAMES)):
+            print(f"  {name:<14} {describe(result.by_event[name], 0)}")
         thirds = " / ".join(
             f"{percentile(values, 50):.0f}" if values else "-" for values in result.by_third
         )
@@ -465,8 +298,7 @@ async def run_bench(bench: Bench) -> None:
             for name, seconds in result.cpu.items()
         )
         print(f"  cpu over {result.seconds:.1f} s: {cpu}")
-    load = os.getloadavg()
-    print(f"load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"load average at end: {load_average()}")
     for result in results:
         values = result.latency_ms
         print(
@@ -477,7 +309,8 @@ async def run_bench(bench: Bench) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Transition-to-SSE-client latency of GET /api/jobs/events."
+        prog="python -m bench.event_latency",
+        description="Transition-to-SSE-client latency of GET /api/jobs/events.",
     )
     parser.add_argument("--clients", default="1,50", help="client counts, one phase each")
     parser.add_argument("--rate", type=float, default=5.0, help="jobs submitted per second")
@@ -492,8 +325,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--poll-ms", type=int, help="EVENTS_POLL_MS for the API (default: unset = 100)"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, SQLite)")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     try:
         args.client_counts = [int(part) for part in args.clients.split(",") if part.strip()]
     except ValueError:
@@ -505,61 +337,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def settings(bench: Bench) -> str:
+    """The run's settings line, with the EVENTS_* values the API runs with."""
+    args = bench.args
+    defaults = ApiSettings.model_fields
+    settle = args.settle_ms if args.settle_ms is not None else defaults["events_settle_ms"].default
+    poll = args.poll_ms if args.poll_ms is not None else defaults["events_poll_ms"].default
+    chosen = "set" if args.settle_ms is not None or args.poll_ms is not None else "defaults"
+    return (
+        f"clients={args.clients} rate={args.rate:g} jobs/s duration={args.duration:g} s "
+        f"warmup={args.warmup}; EVENTS_SETTLE_MS={settle} EVENTS_POLL_MS={poll} ({chosen}); "
+        "SSE clients: raw asyncio, all in this process"
+    )
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    # SIGTERM cleans up like Ctrl-C does.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    data = Path(tempfile.mkdtemp(prefix="jobforge-bench-events-"))
-    server = DevServer(data / "temporal", port=free_port(), ui_port=None)
-    bench = Bench(args, data, server)
-    ok = False
-    try:
-        import temporalio
-
-        load = os.getloadavg()
-        defaults = ApiSettings.model_fields
-        settle = (
-            args.settle_ms if args.settle_ms is not None else defaults["events_settle_ms"].default
-        )
-        poll = args.poll_ms if args.poll_ms is not None else defaults["events_poll_ms"].default
-        print(
-            f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} "
-            f"{load[2]:.2f} at start; Python {platform.python_version()}, "
-            f"temporalio {temporalio.__version__}"
-        )
-        print(
-            f"clients={args.clients} rate={args.rate:g} jobs/s duration={args.duration:g} s "
-            f"warmup={args.warmup}; EVENTS_SETTLE_MS={settle} EVENTS_POLL_MS={poll} "
-            f"({'set' if args.settle_ms is not None or args.poll_ms is not None else 'defaults'}); "
-            f"SSE clients: raw asyncio, all in this process; "
-            f"dev server at {server.address}, data in {data}"
-        )
-        print(f"code: {code_version()}")
-        sys.stdout.flush()
-        server.start()
-        asyncio.run(run_bench(bench))
-        ok = True
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-    except Exception as err:
-        print(f"error: {err!r}", file=sys.stderr)
-        for child in bench.children:
-            print(f"--- {child.name} log tail ({child.log}):", file=sys.stderr)
-            print(child.output()[-2000:], file=sys.stderr)
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        bench.stop_all()
-        if ok and not args.keep:
-            shutil.rmtree(data, ignore_errors=True)
-        else:
-            print(f"kept {data}", file=sys.stderr)
-    return 0 if ok else 1
+    # The API's EVENTS_* come from the options alone, never from the caller's environment.
+    return run_bench(
+        args,
+        run,
+        settings=settings,
+        data_prefix="jobforge-bench-events-",
+        drop_env=("EVENTS_",),
+    )
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # Temporal's client can crash at interpreter exit (sdk-python#300): leave at once.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(main(sys.argv[1:]))
