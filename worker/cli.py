@@ -1,29 +1,93 @@
-"""`jobforge`: the one console script (dev stack, worker, API, setup, job client)."""
+"""`jobforge`: the one console script. Thin Typer commands over the processes (dev stack,
+worker, agent, API, cluster setup) and over the REST client for jobs (`hub_client`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
-import secrets
-import signal
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+from worker.hub_client import (
+    CANCELLED,
+    HubClient,
+    HubError,
+    HubSettings,
+    HubUnreachableError,
+    status_label,
+)
+
+
+class _Argument(TyperArgument):
+    def display_type_rich(self, ctx: Any) -> str | None:  # noqa: ARG002 - Typer's signature
+        return None
+
+    def _usage_display_name(self) -> str:
+        return self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+
+
+class _Option(TyperOption):
+    def display_type_rich(self, ctx: Any) -> str | None:  # noqa: ARG002 - Typer's signature
+        if self.is_flag or self.count:
+            return None
+        return self.metavar or (self.name or "value").upper()
+
+
+def _plain(params: list[Any]) -> list[Any]:
+    # Typer labels every value with its Python type (`<str>`, `<bool>` even for --help)
+    # and wraps required arguments in braces; show metavars instead.
+    for param in params:
+        if isinstance(param, TyperArgument) and not isinstance(param, _Argument):
+            param.__class__ = _Argument
+        elif isinstance(param, TyperOption) and not isinstance(param, _Option):
+            param.__class__ = _Option
+    return params
+
+
+class _Command(TyperCommand):
+    """A command whose help names values by metavar (`--params JSON`)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    """The command group, with the same help style."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain(super().get_params(ctx))
+
 
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     help="jobforge: durable job dispatch on Temporal.",
 )
+command = app.command
 
-DemoType = "demo"
+
+class LogSettings(BaseSettings):
+    """Logging of the long-running commands (env LOG_LEVEL)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    level: str = Field(default="INFO", validation_alias="LOG_LEVEL")
 
 
 def _exit(code: int) -> NoReturn:
@@ -38,54 +102,59 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     _exit(code)
 
 
+@contextlib.contextmanager
+def _settings(what: str) -> Iterator[None]:
+    """Settings read inside the block; a bad one is one line naming it, exit 2."""
+    try:
+        yield
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        _fail(f"bad {what} setting: {where}: {first['msg']}", 2)
+
+
 def _logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    with _settings("logging"):
+        level = LogSettings().level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@app.command()
+# -- processes ---------------------------------------------------------------------
+
+
+@command(cls=_Command)
 def worker() -> None:
     """Run a native Temporal worker (WORKER_*, SOLVER_*, NODE_ID, TEMPORAL_* env)."""
-    from pydantic import ValidationError
-
-    from api.temporal import TemporalSettings
-    from worker.main import serve
+    from engine.connection import TemporalSettings
+    from worker.native import serve
     from worker.settings import SolverSettings, WorkerSettings
 
     _logging()
-    try:
+    with _settings("worker"):
         settings = (TemporalSettings(), WorkerSettings(), SolverSettings())
-    except ValidationError as err:
-        _fail(f"bad worker setting: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}", 2)
     asyncio.run(serve(*settings))
     _exit(0)
 
 
-@app.command()
+@command(cls=_Command)
 def agent() -> None:
     """Run an HTTP-only worker (HUB_URL, NODE_ID, FORGE_INGEST_SECRET, WORKER_* env)."""
-    from pydantic import ValidationError
-
     from worker.agent import AgentSettings, serve
     from worker.settings import SolverSettings
 
     _logging()
-    try:
+    with _settings("agent"):
         settings = (AgentSettings(), SolverSettings())
-    except ValidationError as err:
-        _fail(f"bad agent setting: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}", 2)
     asyncio.run(serve(*settings))
     _exit(0)
 
 
-@app.command()
+@command(cls=_Command)
 def api(
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[str, typer.Option(metavar="HOST", help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="Port to listen on.")] = 8000,
 ) -> None:
-    """Run the REST API (FORGE_INGEST_SECRET, TEMPORAL_* env)."""
+    """Run the REST API and dashboard (FORGE_INGEST_SECRET, TEMPORAL_* env)."""
     import uvicorn
 
     from api.main import create_app
@@ -100,156 +169,93 @@ def api(
     _exit(0)
 
 
-@app.command()
+@command(cls=_Command)
 def setup() -> None:
     """Register jobforge's search attributes on a Temporal cluster (idempotent)."""
-    from api.temporal import TemporalSettings
-    from worker.setup import register_search_attributes
+    from engine.connection import TemporalSettings
+    from worker.cluster_setup import register_search_attributes
 
+    with _settings("Temporal"):
+        temporal = TemporalSettings()
     try:
-        added = asyncio.run(register_search_attributes(TemporalSettings()))
+        added = asyncio.run(register_search_attributes(temporal))
     except Exception as err:  # one clear line for the operator
         _fail(f"cannot register search attributes: {err}")
     typer.echo(f"search attributes ready ({', '.join(added) or 'all present already'})")
     _exit(0)
 
 
-@app.command()
+@command(cls=_Command)
 def dev(
-    api_port: Annotated[int, typer.Option(help="REST API port.")] = 8000,
-    temporal_port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
-    data_dir: Annotated[Path, typer.Option(help="Where the SQLite file lives.")] = Path(
-        ".jobforge"
-    ),
+    api_port: Annotated[int, typer.Option(metavar="PORT", help="REST API port.")] = 8000,
+    temporal_port: Annotated[
+        int, typer.Option(metavar="PORT", help="Temporal frontend port.")
+    ] = 7233,
+    ui_port: Annotated[int, typer.Option(metavar="PORT", help="Temporal UI port.")] = 8233,
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            metavar="DIR", help="Where the SQLite file, the solver cache and the secret live."
+        ),
+    ] = Path(".jobforge"),
 ) -> None:
-    """Start the embedded stack: Temporal dev server, API and one worker."""
-    from worker.devserver import DevServer, env_with, port_in_use, wait_for_port
+    """Start the embedded stack: Temporal dev server, API and one worker.
 
-    data_dir = data_dir.resolve()
-    secret = os.environ.get("FORGE_INGEST_SECRET") or secrets.token_urlsafe(24)
-    generated = not os.environ.get("FORGE_INGEST_SECRET")
+    Prints the URLs and a dashboard link that signs in by itself.
+
+    The secret is kept in DIR/ingest-secret unless FORGE_INGEST_SECRET is set.
+    """
+    from worker.dev_stack import DevError, DevOptions, DevStack
+
+    options = DevOptions(api_port, temporal_port, ui_port, data_dir)
+    with _settings("dev"):
+        stack = DevStack(options)
     try:
-        solvers: dict[str, Any] = json.loads(os.environ.get("WORKER_SOLVERS") or "{}")
-    except ValueError as err:
-        _fail(f"WORKER_SOLVERS is not JSON: {err}", 2)
-    if not isinstance(solvers, dict):
-        _fail("WORKER_SOLVERS must be a JSON object of type → command", 2)
-    solvers.setdefault(DemoType, [sys.executable, "-m", "worker.demo_solver"])
-    if port_in_use(api_port):
-        _fail(f"API port {api_port} is already in use", 2)
-    stopping = False
-
-    def stop(*_: object) -> None:
-        # The first Ctrl-C interrupts whatever dev is waiting for (the server start, the
-        # API's port, the idle loop); the cleanup below then runs undisturbed.
-        nonlocal stopping
-        if not stopping:
-            stopping = True
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    server = DevServer(data_dir, port=temporal_port, ui_port=ui_port)
-    children: list[subprocess.Popen[bytes]] = []
-    code = 0
-    try:
-        try:
-            server.start()
-        except (OSError, RuntimeError, TimeoutError) as err:
-            raise _DevError(
-                f"Temporal dev server did not start ({err}); see {data_dir / 'temporal.log'}"
-            ) from err
-        env = env_with(
-            FORGE_INGEST_SECRET=secret,
-            TEMPORAL_ADDRESS=server.address,
-            TEMPORAL_UI_URL=f"http://127.0.0.1:{ui_port}",
-            WORKER_SOLVERS=json.dumps(solvers),
-            SOLVER_CACHE_DIR=os.environ.get("SOLVER_CACHE_DIR", str(data_dir / "solvers")),
-        )
-        jobforge = [sys.executable, "-m", "worker.cli"]
-        children.append(subprocess.Popen([*jobforge, "api", "--port", str(api_port)], env=env))
-        children.append(subprocess.Popen([*jobforge, "worker"], env=env))
-        try:
-            wait_for_port(api_port, 30, children[0])
-        except (RuntimeError, TimeoutError) as err:
-            raise _DevError(f"the API did not start: {err}") from err
-        typer.echo(f"jobforge API     http://127.0.0.1:{api_port}")
-        typer.echo(f"API docs         http://127.0.0.1:{api_port}/docs")
-        typer.echo(f"Temporal UI      http://127.0.0.1:{ui_port}")
-        typer.echo(f"Temporal gRPC    {server.address}")
-        if generated:
-            typer.echo(f"FORGE_INGEST_SECRET={secret}")
-        typer.echo("Ctrl-C stops everything.")
-        while all(child.poll() is None for child in children):
-            if server.process is not None and server.process.poll() is not None:
-                raise _DevError(f"the Temporal dev server exited ({server.process.returncode})")
-            time.sleep(0.2)
-        names = ("API", "worker")
-        dead = [
-            f"{name} ({child.returncode})"
-            for name, child in zip(names, children, strict=True)
-            if child.poll() is not None
-        ]
-        raise _DevError(f"{', '.join(dead) or 'a child'} exited; stopping everything")
-    except KeyboardInterrupt:
-        typer.echo("stopping…")
-    except _DevError as err:
-        typer.echo(f"error: {err}", err=True)
-        code = 1
-    finally:
-        stopping = True  # a further Ctrl-C must not cut the cleanup short
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-        for child in children:
-            try:
-                child.wait(40)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        server.stop()
+        code = stack.run(typer.echo, lambda line: typer.echo(line, err=True))
+    except DevError as err:
+        _fail(str(err), err.code)
     _exit(code)
 
 
-class _DevError(Exception):
-    """`jobforge dev` cannot go on; the message says why."""
+# -- jobs, over the REST API -------------------------------------------------------
 
 
-# -- job client over REST ----------------------------------------------------------
-
-
-def _hub() -> tuple[str, dict[str, str]]:
-    url = os.environ.get("HUB_URL", "http://127.0.0.1:8000").rstrip("/")
-    token = os.environ.get("FORGE_INGEST_SECRET", "")
-    return url, {"Authorization": f"Bearer {token}"}
-
-
-def _call(method: str, path: str, **kwargs: Any) -> httpx.Response:
-    url, headers = _hub()
+@contextlib.contextmanager
+def _hub() -> Iterator[HubClient]:
+    """A client from HUB_URL and FORGE_INGEST_SECRET; a failed call is one line, exit 1."""
     try:
-        response = httpx.request(method, url + path, headers=headers, timeout=30, **kwargs)
-    except httpx.HTTPError as err:
-        _fail(f"cannot reach {url}: {err}")
-    if response.status_code >= 400:
-        try:
-            message = response.json().get("error", response.text)
-        except ValueError:
-            message = response.text
-        _fail(f"HTTP {response.status_code}: {message}")
-    return response
+        with _settings("hub"):
+            settings = HubSettings()
+        with HubClient(settings) as hub:
+            yield hub
+    except HubError as err:
+        _fail(str(err))
 
 
-@app.command()
+JobIdArg = Annotated[str, typer.Argument(metavar="ID", help="The job's id.")]
+STATUS_HELP = "pending, assigned, running, completed, failed, cancelled or quarantined"
+
+
+@command(cls=_Command)
 def submit(
     job_type: Annotated[str, typer.Argument(metavar="TYPE", help="Job type.")],
-    params: Annotated[str, typer.Option(help="Params as a JSON object.")] = "{}",
-    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
-    max_attempts: Annotated[int, typer.Option()] = 3,
-    max_runtime_ms: Annotated[int, typer.Option()] = 300_000,
-    solver_url: Annotated[str | None, typer.Option()] = None,
-    solver_checksum: Annotated[str | None, typer.Option()] = None,
-    idempotency_key: Annotated[str | None, typer.Option()] = None,
+    params: Annotated[str, typer.Option(metavar="JSON", help="Params, a JSON object.")] = "{}",
+    priority: Annotated[int, typer.Option(metavar="N", help="Higher runs first.")] = 0,
+    max_attempts: Annotated[
+        int, typer.Option(metavar="N", help="Attempts before it is quarantined.")
+    ] = 3,
+    max_runtime_ms: Annotated[
+        int, typer.Option(metavar="MS", help="Longest run of one attempt.")
+    ] = 300_000,
+    solver_url: Annotated[
+        str | None, typer.Option(metavar="URL", help="Where workers download the solver.")
+    ] = None,
+    solver_checksum: Annotated[
+        str | None, typer.Option(metavar="SHA256", help="The solver file's sha256 (hex).")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(metavar="KEY", help="Same key and body: the same job, once.")
+    ] = None,
 ) -> None:
     """Submit a job (HUB_URL, FORGE_INGEST_SECRET env); prints its id."""
     try:
@@ -266,45 +272,183 @@ def submit(
     if solver_url:
         body["solver_url"] = solver_url
         body["solver_checksum"] = solver_checksum
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-    response = _call("POST", "/api/jobs", json=body, headers=headers)
-    typer.echo(response.json()["id"])
+    with _hub() as hub:
+        typer.echo(hub.submit(body, idempotency_key))
     _exit(0)
 
 
-@app.command()
-def get(job_id: str) -> None:
+@command(cls=_Command)
+def get(job_id: JobIdArg) -> None:
     """Print one job as JSON."""
-    typer.echo(json.dumps(_call("GET", f"/api/jobs/{job_id}").json(), indent=2))
+    with _hub() as hub:
+        typer.echo(json.dumps(hub.job_json(job_id), indent=2))
     _exit(0)
 
 
-@app.command(name="list")
+@command(name="list", cls=_Command)
 def list_jobs(
-    status: Annotated[str | None, typer.Option()] = None,
-    job_type: Annotated[str | None, typer.Option("--type")] = None,
-    limit: Annotated[int, typer.Option()] = 50,
+    status: Annotated[str | None, typer.Option(metavar="STATUS", help=STATUS_HELP)] = None,
+    job_type: Annotated[
+        str | None, typer.Option("--type", metavar="TYPE", help="Job type.")
+    ] = None,
+    limit: Annotated[int, typer.Option(metavar="N", help="At most this many.")] = 50,
 ) -> None:
-    """List jobs: id, status, type, priority, attempts."""
-    query: dict[str, Any] = {"limit": limit}
-    if status:
-        query["status"] = status
-    if job_type:
-        query["type"] = job_type
-    for job in _call("GET", "/api/jobs", params=query).json():
-        typer.echo(
-            f"{job['id']}  {job['status']:<11} {job['type']:<16} "
-            f"p={job['priority']} attempts={job['attempts']}"
-        )
+    """List jobs, highest priority first: id, status, type, priority, attempts."""
+    with _hub() as hub:
+        for job in hub.jobs(status, job_type, limit):
+            typer.echo(
+                f"{job['id']}  {status_label(job):<11} {job['type']:<16} "
+                f"p={job['priority']} attempts={job['attempts']}"
+            )
     _exit(0)
 
 
-@app.command()
-def cancel(job_id: str) -> None:
+@command(cls=_Command)
+def cancel(job_id: JobIdArg) -> None:
     """Cancel a pending or assigned job."""
-    _call("DELETE", f"/api/jobs/{job_id}")
+    with _hub() as hub:
+        hub.cancel(job_id)
     typer.echo(f"cancelled {job_id}")
     _exit(0)
+
+
+def _time(ms: int | None) -> str:
+    if not ms:
+        return "—"
+    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone()
+    return stamp.strftime("%Y-%m-%d %H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
+
+
+STATUS_STYLES = {
+    "pending": "yellow",
+    "assigned": "cyan",
+    "running": "blue",
+    "completed": "green",
+    "failed": "red",
+    CANCELLED: "magenta",
+    "quarantined": "bold red",
+}
+
+
+@command(cls=_Command)
+def show(job_id: JobIdArg) -> None:
+    """Print a job's detail, its transitions and its fail history."""
+    with _hub() as hub:
+        job = hub.job(job_id)
+    label = status_label(job.model_dump(mode="json"))
+    console = Console(highlight=False)
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    solver = (
+        f"{job.solver_url} (sha256 {job.solver_checksum})"
+        if job.solver_url
+        else "registered for the type"
+    )
+    for name, value in (
+        ("Job", job.id),
+        ("Type", job.type),
+        ("Status", Text(label, style=STATUS_STYLES.get(label, ""))),
+        ("Priority", str(job.priority)),
+        ("Attempts", f"{job.attempts} / {job.max_attempts}"),
+        ("Worker", job.worker_id or "—"),
+        ("Fail reason", job.fail_reason or "—"),
+        ("Solver", solver),
+        ("Created", _time(job.created_at)),
+        ("Completed", _time(job.completed_at)),
+        ("Params", json.dumps(job.params)),
+        ("Result", "—" if job.result is None else json.dumps(job.result)),
+    ):
+        facts.add_row(name, value)
+    console.print(facts)
+    transitions = Table("#", "When", "Status", "Attempt", "Worker", "Reason", title="Transitions")
+    for t in job.transitions:
+        transitions.add_row(
+            str(t.seq),
+            _time(t.ts),
+            t.status.value,
+            str(t.attempt),
+            t.worker_id or "—",
+            t.reason or "",
+        )
+    console.print(transitions)
+    if job.fail_history:
+        failures = Table("When", "Worker", "Reason", title="Fail history")
+        for f in job.fail_history:
+            failures.add_row(_time(f.ts), f.worker_id or "—", str(f.reason))
+        console.print(failures)
+    else:
+        console.print("Fail history: none")
+    if job.log_tail:
+        console.print("Log tail:", Text(job.log_tail), sep="\n")
+    _exit(0)
+
+
+def _event_line(name: str, event: dict[str, Any]) -> Text:
+    label = status_label({"status": event.get("status"), "fail_reason": event.get("reason")})
+    line = Text(f"{_time(event.get('ts'))}  {name:<16} {event.get('id')}  {event.get('type')}  ")
+    line.append(f"{label:<11}", style=STATUS_STYLES.get(label, ""))
+    line.append(f" attempts={event.get('attempts')} worker={event.get('worker_id') or '—'}")
+    if event.get("reason"):
+        line.append(f"  {event['reason']}")
+    return line
+
+
+@command(cls=_Command)
+def watch(
+    status: Annotated[
+        list[str] | None,
+        typer.Option(metavar="STATUS", help=f"Only this status (repeatable): {STATUS_HELP}."),
+    ] = None,
+    job_type: Annotated[
+        list[str] | None,
+        typer.Option("--type", metavar="TYPE", help="Only this job type (repeatable)."),
+    ] = None,
+) -> None:
+    """Follow job events live (GET /api/jobs/events) until Ctrl-C."""
+    wanted = set(status or [])
+    # The stream filters by the API's statuses; `cancelled` is a failed job's reason.
+    asked = sorted({"failed" if s == CANCELLED else s for s in wanted})
+    out = Console(highlight=False, soft_wrap=True)
+    note = Console(stderr=True, highlight=False, soft_wrap=True)
+    last_id: str | None = None
+    opened = False
+
+    def on_open() -> None:
+        nonlocal opened
+        if not opened:
+            note.print(f"watching {settings.base_url}/api/jobs/events (Ctrl-C stops)")
+        opened = True
+
+    try:
+        with _settings("hub"):
+            settings = HubSettings()
+        with HubClient(settings, require_secret=False) as hub:
+            while True:
+                try:
+                    for name, event_id, event in hub.events(
+                        asked, job_type or [], last_id, on_open
+                    ):
+                        last_id = event_id or last_id
+                        if (
+                            not wanted
+                            or status_label(
+                                {"status": event.get("status"), "fail_reason": event.get("reason")}
+                            )
+                            in wanted
+                        ):
+                            out.print(_event_line(name, event))
+                    problem = "the stream ended"
+                except HubUnreachableError as err:
+                    if not opened:
+                        raise
+                    problem = str(err)
+                note.print(f"{problem}; reconnecting…")
+                time.sleep(1)  # back off before reconnecting, then resume from last_id
+    except HubError as err:
+        _fail(str(err))
+    except KeyboardInterrupt:
+        _exit(0)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workflows import attributes
+from workflows import search_attributes
 
 # Dynamic config that matters for dispatch latency and jobforge's queries (DESIGN §7).
 DYNAMIC_CONFIG: dict[str, str] = {
@@ -24,6 +24,20 @@ DYNAMIC_CONFIG: dict[str, str] = {
     "system.forceSearchAttributesCacheRefreshOnRead": "true",
 }
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal", "busy_timeout=5000")
+
+
+# util-linux's setpriv sets a parent-death signal and then execs the command (as
+# activities/runner.py starts solvers): no Python runs between fork and exec.
+SETPRIV = shutil.which("setpriv")
+
+
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """`argv` behind `setpriv --pdeathsig KILL`: the process is killed when the thread
+    that started it dies (a SIGKILLed supervisor leaves nothing behind). Only for a
+    process started from a thread that lives as long as the supervisor does."""
+    if SETPRIV is None:
+        return argv
+    return [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
 def temporal_binary() -> str:
@@ -79,6 +93,9 @@ class DevServer:
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
     # False stands in for a cluster nobody has set up (`jobforge setup` does it).
     register_attributes: bool = True
+    # SIGKILL the server when the thread that started it dies (`jobforge dev` sets it;
+    # a test session starting it from a short-lived thread must not).
+    die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -113,7 +130,7 @@ class DevServer:
         for key, value in {**DYNAMIC_CONFIG, **self.extra_dynamic_config}.items():
             cmd += ["--dynamic-config-value", f"{key}={value}"]
         if self.register_attributes:
-            for name, kind in attributes.REGISTRATION.items():
+            for name, kind in search_attributes.REGISTRATION.items():
                 cmd += ["--search-attribute", f"{name}={kind}"]
         return cmd
 
@@ -122,9 +139,12 @@ class DevServer:
 
         A port that something else already listens on is an error up front: waiting for
         "the port accepts" would otherwise succeed against the other listener. On any
-        failure the process is stopped, never left running in its own session.
+        failure the process is stopped, never left running in its own session (and with
+        `die_with_parent`, not after its parent is killed either).
         """
         command = self.command()
+        if self.die_with_parent:
+            command = dying_with_parent(command)
         for port in (self.port, self.ui_port):
             if port is not None and port_in_use(port):
                 raise OSError(f"port {port} is already in use")

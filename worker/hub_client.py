@@ -1,0 +1,180 @@
+"""The CLI's client of the jobforge REST API (the "hub"): settings, calls, the event stream.
+
+Synchronous, one request at a time; every failure becomes a `HubError` whose message is
+the one line the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workflows.models import Job
+
+# Where `jobforge dev` keeps the secret it generated (in its data dir).
+SECRET_FILE_NAME = "ingest-secret"
+EVENTS_PATH = "/api/jobs/events"
+# The status the CLI shows for a failed job whose fail_reason says it was cancelled.
+CANCELLED = "cancelled"
+
+
+class HubSettings(BaseSettings):
+    """Where the API is and the bearer token for it (env HUB_URL, FORGE_INGEST_SECRET)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    url: str = Field(default="http://127.0.0.1:8000", validation_alias="HUB_URL")
+    secret: str = Field(default="", validation_alias="FORGE_INGEST_SECRET")
+
+    @property
+    def base_url(self) -> str:
+        """The URL without a trailing slash."""
+        return self.url.rstrip("/")
+
+
+class HubError(Exception):
+    """A call to the API failed; the message says why, in one line."""
+
+
+class HubUnreachableError(HubError):
+    """The API did not answer (refused, timed out, or the connection broke)."""
+
+
+class MissingSecretError(HubError):
+    """FORGE_INGEST_SECRET is not set, so no call can be authorized."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "FORGE_INGEST_SECRET is not set: export the API's secret "
+            f"(`jobforge dev` keeps its own in <data dir>/{SECRET_FILE_NAME})"
+        )
+
+
+def status_label(job: dict[str, Any]) -> str:
+    """A job's status as people read it: a cancelled job says `cancelled`, not `failed`."""
+    status = str(job.get("status", ""))
+    if status == "failed" and job.get("fail_reason") == CANCELLED:
+        return CANCELLED
+    return status
+
+
+class HubClient:
+    """Calls the API with the bearer token; answers of 400 and above raise `HubError`."""
+
+    def __init__(self, settings: HubSettings, *, require_secret: bool = True) -> None:
+        if require_secret and not settings.secret:
+            raise MissingSecretError
+        self._settings = settings
+        headers = {"Authorization": f"Bearer {settings.secret}"} if settings.secret else {}
+        self._http = httpx.Client(base_url=settings.base_url, headers=headers, timeout=30)
+
+    def __enter__(self) -> HubClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._http.close()
+
+    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request; an error answer or an unreachable API raises `HubError`."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as err:
+            raise HubUnreachableError(f"cannot reach {self._settings.base_url}: {err}") from err
+        self._check(response)
+        return response
+
+    def _check(self, response: httpx.Response) -> None:
+        if response.status_code < 400:
+            return
+        if response.status_code == 401 and not self._settings.secret:
+            raise MissingSecretError
+        try:
+            message = response.json().get("error", response.text)
+        except ValueError:
+            message = response.text
+        raise HubError(f"HTTP {response.status_code}: {message}")
+
+    def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
+        """POST /api/jobs; the new job's id."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        job_id: str = self.call("POST", "/api/jobs", json=body, headers=headers).json()["id"]
+        return job_id
+
+    def job_json(self, job_id: str) -> dict[str, Any]:
+        """GET /api/jobs/{id} as the API sent it."""
+        body: dict[str, Any] = self.call("GET", f"/api/jobs/{job_id}").json()
+        return body
+
+    def job(self, job_id: str) -> Job:
+        """GET /api/jobs/{id} as a model."""
+        return Job.model_validate(self.job_json(job_id))
+
+    def jobs(self, status: str | None, job_type: str | None, limit: int) -> list[dict[str, Any]]:
+        """GET /api/jobs. `cancelled` is asked as `failed` and then told apart by the
+        fail_reason, as is `failed` itself."""
+        query: dict[str, Any] = {"limit": limit}
+        if status:
+            query["status"] = "failed" if status == CANCELLED else status
+        if job_type:
+            query["type"] = job_type
+        listed: list[dict[str, Any]] = self.call("GET", "/api/jobs", params=query).json()
+        if status in ("failed", CANCELLED):
+            listed = [job for job in listed if status_label(job) == status]
+        return listed
+
+    def cancel(self, job_id: str) -> None:
+        """DELETE /api/jobs/{id}."""
+        self.call("DELETE", f"/api/jobs/{job_id}")
+
+    def events(
+        self,
+        statuses: list[str],
+        types: list[str],
+        last_event_id: str | None = None,
+        on_open: Callable[[], None] | None = None,
+    ) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """Follow GET /api/jobs/events: (event name, event id, data) until the stream
+        ends. `on_open()` is called once the API has answered."""
+        params = httpx.QueryParams(
+            [*(("status", s) for s in statuses), *(("type", t) for t in types)]
+        )
+        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+        timeout = httpx.Timeout(30, read=None)
+        try:
+            with self._http.stream(
+                "GET", EVENTS_PATH, params=params, headers=headers, timeout=timeout
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._check(response)
+                if on_open is not None:
+                    on_open()
+                yield from _server_sent_events(response.iter_lines())
+        except httpx.HTTPError as err:
+            raise HubUnreachableError(
+                f"event stream from {self._settings.base_url}: {err}"
+            ) from err
+
+
+def _server_sent_events(lines: Iterator[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Parse text/event-stream lines into (event, id, JSON data); comments are skipped."""
+    name, event_id, data = "message", "", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield name, event_id, json.loads("\n".join(data))
+            name, event_id, data = "message", "", list[str]()
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            name = value
+        elif field == "id":
+            event_id = value
+        elif field == "data":
+            data.append(value)
