@@ -1,4 +1,5 @@
-"""API settings, under the spec's environment variable names where it has them."""
+"""API settings, under the spec's environment variable names where it has them: the
+same concept as worker/settings.py, for the other kind of process."""
 
 from __future__ import annotations
 

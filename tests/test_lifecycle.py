@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.conftest import REGISTERED_TYPE, Api, Solver, pid_alive, wait_until
+from tests.conftest import REGISTERED_TYPE, Api, Proc, Solver, pid_alive, wait_until
 from worker.devserver import DevServer
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -91,6 +91,27 @@ async def test_a_job_that_always_fails_is_quarantined_after_max_attempts(
     assert job["fail_reason"].startswith("solver_exit")
     assert job["log_tail"] == "boom\n"
     assert await temporal_status(temporal, job_id) == WorkflowExecutionStatus.FAILED
+
+
+def test_each_failed_attempt_is_one_log_line_without_a_traceback(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver], session_worker: Proc
+) -> None:
+    solver = make_solver("sys.exit(5)\n")
+    job_id = api.submit(**solver.spec(job_type, max_attempts=2))
+    api.wait_status(job_id, "quarantined")
+
+    def failure_lines() -> list[tuple[str, str]]:
+        lines = session_worker.output().splitlines()
+        return [
+            (line, lines[i + 1] if i + 1 < len(lines) else "")
+            for i, line in enumerate(lines)
+            if job_id in line and "Completing activity as failed" in line
+        ]
+
+    found = wait_until(lambda: len(failure_lines()) == 2 and failure_lines(), what="2 lines")
+    for line, following in found:
+        assert "ApplicationError: solver exited with code 5" in line
+        assert not following.startswith("Traceback")
 
 
 async def test_a_checksum_mismatch_quarantines_without_running_the_solver(

@@ -161,6 +161,28 @@ class NativeWorker:
                 await asyncio.wait_for(stop.wait(), self._settings.type_poll_ms / 1000)
 
 
+class OneLineFailures(logging.Filter):
+    """A failed attempt is an expected outcome, not a crash: one log line naming the
+    error, and its traceback only when the log level is DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Fold the exception into the message unless DEBUG is on."""
+        if record.exc_info and not log.isEnabledFor(logging.DEBUG):
+            err = record.exc_info[1]
+            if err is not None:
+                record.msg = f"{record.msg}: {type(err).__name__}: {err}"
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def quiet_attempt_failures() -> None:
+    """Install `OneLineFailures` on the SDK's activity logger (idempotent)."""
+    sdk_activity_log = logging.getLogger("temporalio.activity")
+    if not any(isinstance(f, OneLineFailures) for f in sdk_activity_log.filters):
+        sdk_activity_log.addFilter(OneLineFailures())
+
+
 def install_stop_handlers(stop: asyncio.Event) -> None:
     """SIGINT/SIGTERM set `stop` (a second signal is ignored; the grace period runs)."""
     loop = asyncio.get_running_loop()
@@ -174,6 +196,7 @@ async def serve(
     """Entry point of `jobforge worker`."""
     stop = asyncio.Event()
     install_stop_handlers(stop)
+    quiet_attempt_failures()
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
     client = await connect(temporal, identity=settings.node_id, runtime=runtime)
     await NativeWorker(client, temporal, settings, solver).run(stop)

@@ -1,4 +1,6 @@
-"""Native worker settings, under the spec's environment variable names."""
+"""Worker and solver settings (native worker and HTTP agent), under the spec's
+environment variable names: the same concept as api/settings.py, for the other kind of
+process."""
 
 from __future__ import annotations
 

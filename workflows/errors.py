@@ -1,4 +1,4 @@
-"""jobforge's one error vocabulary.
+"""jobforge's one error vocabulary; api/errors.py is the same errors seen from HTTP.
 
 - `ErrorType`: the failure type strings activities raise and the workflow records.
 - `Failure`: a failure reason as a model (the spec's `fail_reason` string is its text).
