@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from temporalio.client import (
     Client,
@@ -15,8 +15,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
@@ -99,17 +97,7 @@ class JobService:
             inp,
             id=job_id,
             task_queue=self._temporal.task_queue,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(search_attributes.STATUS, JobStatus.PENDING.value),
-                    SearchAttributePair(search_attributes.TYPE, spec.type),
-                    SearchAttributePair(search_attributes.PRIORITY, spec.priority),
-                    SearchAttributePair(search_attributes.WORKER, ""),
-                    SearchAttributePair(
-                        search_attributes.UPDATED_AT, datetime.fromtimestamp(created / 1000, UTC)
-                    ),
-                ]
-            ),
+            search_attributes=search_attributes.at_submit(spec.type, spec.priority, created),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=f"{spec.type} job",

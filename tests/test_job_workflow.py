@@ -26,7 +26,6 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError, RPCStatusCode
@@ -197,17 +196,7 @@ class Harness:
             inp,
             id=inp.id,
             task_queue=self.task_queue,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(search_attributes.STATUS, JobStatus.PENDING.value),
-                    SearchAttributePair(search_attributes.TYPE, spec.type),
-                    SearchAttributePair(search_attributes.PRIORITY, spec.priority),
-                    SearchAttributePair(search_attributes.WORKER, ""),
-                    SearchAttributePair(
-                        search_attributes.UPDATED_AT, datetime.fromtimestamp(created / 1000, UTC)
-                    ),
-                ]
-            ),
+            search_attributes=search_attributes.at_submit(spec.type, spec.priority, created),
         )
         self.handles.append(handle)
         return handle

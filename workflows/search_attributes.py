@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from datetime import UTC, datetime
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from workflows.names import JOB_WORKFLOW
 
@@ -37,3 +39,16 @@ def job_filter(status: str | None = None, job_type: str | None = None) -> str:
     if job_type is not None:
         clauses.append(f"{TYPE.name} = '{job_type}'")
     return " AND ".join(clauses)
+
+
+def at_submit(job_type: str, priority: int, created_ms: int) -> TypedSearchAttributes:
+    """A just-submitted job's search attributes (the workflow upserts them after)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(STATUS, "pending"),
+            SearchAttributePair(TYPE, job_type),
+            SearchAttributePair(PRIORITY, priority),
+            SearchAttributePair(WORKER, ""),
+            SearchAttributePair(UPDATED_AT, datetime.fromtimestamp(created_ms / 1000, UTC)),
+        ]
+    )
