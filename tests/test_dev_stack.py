@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, wait_until
+from tests.conftest import PYTHON, ROOT, wait_until
+from worker.dev_stack import READY_LINE
 from worker.devserver import free_port, port_in_use
 
 SECRET = "dev-stack-secret"
+KEPT_SECRET = "the-kept-secret\n"
 STARTUP_S = 90.0
 SCRUBBED_PREFIXES = ("TEMPORAL_", "WORKER_", "SOLVER_", "API_", "JOB_", "HUB_URL", "NODE_ID")
 
@@ -68,7 +71,7 @@ def stack_processes(root_pid: int, data_dir: Path) -> dict[int, str]:
         for pid, (_, cmd) in table.items()
         if str(data_dir) in cmd or session_of(pid) == root_pid
     }
-    frontier = [root_pid]
+    frontier = [root_pid, *found]
     while frontier:
         parent = frontier.pop()
         for pid, (ppid, cmd) in table.items():
@@ -134,7 +137,7 @@ class DevStack:
         self.process.wait()
 
 
-def dev_env(secret: str | None) -> dict[str, str]:
+def dev_env(secret: str | None, **extra: str) -> dict[str, str]:
     """The test's environment without any jobforge setting, plus the secret if given."""
     env = {
         key: value
@@ -145,48 +148,66 @@ def dev_env(secret: str | None) -> dict[str, str]:
     env["WORKER_TYPE_POLL_MS"] = "200"
     if secret is not None:
         env["FORGE_INGEST_SECRET"] = secret
+    env.update(extra)
     return env
+
+
+def launch_dev(
+    data_dir: Path,
+    log: Path,
+    *,
+    secret: str | None = SECRET,
+    api_port: int | None = None,
+    temporal_port: int | None = None,
+    ui_port: int | None = None,
+    env: dict[str, str] | None = None,
+    via_make: bool = False,
+) -> DevStack:
+    """Start `python -m worker.cli dev` (or `make dev ARGS=…`) on free ports, in a session
+    of its own (as a terminal would); not waiting for it."""
+    ports = [api_port or free_port(), temporal_port or free_port(), ui_port or free_port()]
+    args = [
+        *("--api-port", str(ports[0]), "--temporal-port", str(ports[1])),
+        *("--ui-port", str(ports[2]), "--data-dir", str(data_dir)),
+    ]
+    # `-o` keeps make from reinstalling the venv when pyproject.toml is newer than it.
+    command = (
+        ["make", "--no-print-directory", "-o", ".venv/.installed", "dev", f"ARGS={' '.join(args)}"]
+        if via_make
+        else [PYTHON, "-m", "worker.cli", "dev", *args]
+    )
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=dev_env(secret, **(env or {})),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return DevStack(process, log, data_dir.resolve(), *ports)
+
+
+def wait_up(stack: DevStack) -> DevStack:
+    """Wait until dev says it is up (the API answers by then); record its processes."""
+    wait_until(
+        lambda: READY_LINE in stack.output() or stack.process.poll() is not None,
+        timeout=STARTUP_S,
+        what="jobforge dev to come up",
+    )
+    assert stack.process.poll() is None, stack.output()
+    stack.record_processes()
+    return stack
 
 
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Callable[..., DevStack]]:
-    """Factory: start `python -m worker.cli dev` (not waiting); all are killed at the end."""
+    """Factory: `launch_dev` (not waiting); all are killed at the end."""
     stacks: list[DevStack] = []
 
-    def start(
-        data_dir: Path,
-        *,
-        secret: str | None = SECRET,
-        api_port: int | None = None,
-        temporal_port: int | None = None,
-        ui_port: int | None = None,
-    ) -> DevStack:
-        ports = [api_port or free_port(), temporal_port or free_port(), ui_port or free_port()]
-        log = tmp_path / f"dev-{len(stacks)}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "worker.cli",
-                    "dev",
-                    "--api-port",
-                    str(ports[0]),
-                    "--temporal-port",
-                    str(ports[1]),
-                    "--ui-port",
-                    str(ports[2]),
-                    "--data-dir",
-                    str(data_dir),
-                ],
-                cwd=ROOT,
-                env=dev_env(secret),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        stack = DevStack(process, log, data_dir.resolve(), *ports)
+    def start(data_dir: Path, **kwargs: Any) -> DevStack:
+        stack = launch_dev(data_dir, tmp_path / f"dev-{len(stacks)}.log", **kwargs)
         stacks.append(stack)
         return stack
 
@@ -200,19 +221,24 @@ def start_dev(launch: Callable[..., DevStack]) -> Callable[..., DevStack]:
     """Factory: `launch`, then wait until dev says it is up and the API answers."""
 
     def start(data_dir: Path, **kwargs: Any) -> DevStack:
-        stack = launch(data_dir, **kwargs)
-        wait_until(
-            lambda: (
-                "Ctrl-C stops everything." in stack.output() or stack.process.poll() is not None
-            ),
-            timeout=STARTUP_S,
-            what="jobforge dev to come up",
-        )
-        assert stack.process.poll() is None, stack.output()
-        stack.record_processes()
-        return stack
+        return wait_up(launch(data_dir, **kwargs))
 
     return start
+
+
+@pytest.fixture(scope="module")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
+    """One stack for the tests that only read and submit. Its worker serves `demo` only,
+    so a job of any other type stays pending."""
+    tmp = tmp_path_factory.mktemp("shared-dev")
+    # A secret kept from an earlier run without FORGE_INGEST_SECRET: the env's must win.
+    (tmp / "data").mkdir()
+    (tmp / "data" / "ingest-secret").write_text(KEPT_SECRET)
+    stack = launch_dev(tmp / "data", tmp / "dev.log", env={"WORKER_TYPES": "demo"})
+    try:
+        yield wait_up(stack)
+    finally:
+        stack.force_stop()
 
 
 def submit_demo(http: httpx.Client, n: int) -> str:
@@ -244,24 +270,33 @@ def answers(url: str) -> bool:
 
 
 def test_dev_prints_the_api_docs_and_temporal_ui_urls_and_each_of_them_answers(
-    start_dev: Callable[..., DevStack], tmp_path: Path
+    shared_stack: DevStack,
 ) -> None:
-    stack = start_dev(tmp_path / "data")
+    stack = shared_stack
     out = stack.output()
 
     assert re.search(rf"jobforge API\s+http://127\.0\.0\.1:{stack.api_port}\n", out), out
     assert re.search(rf"API docs\s+http://127\.0\.0\.1:{stack.api_port}/docs\n", out), out
     assert re.search(rf"Temporal UI\s+http://127\.0\.0\.1:{stack.ui_port}\n", out), out
-    assert "FORGE_INGEST_SECRET=" not in out
+    assert "Token            FORGE_INGEST_SECRET from the environment\n" in out
     assert answers(f"{stack.api_url}/healthz")
     assert answers(f"{stack.api_url}/docs")
     wait_until(lambda: answers(f"http://127.0.0.1:{stack.ui_port}/"), what="the Temporal UI")
 
 
-def test_a_demo_job_on_the_dev_stack_completes_with_the_sum_of_squares(
-    start_dev: Callable[..., DevStack], tmp_path: Path
+def test_dev_prints_a_dashboard_link_with_the_token_in_its_fragment(
+    shared_stack: DevStack,
 ) -> None:
-    stack = start_dev(tmp_path / "data")
+    link = re.search(r"^Dashboard\s+(\S+)$", shared_stack.output(), re.MULTILINE)
+
+    assert link, shared_stack.output()
+    assert link.group(1) == f"{shared_stack.api_url}/#token={SECRET}"
+
+
+def test_a_demo_job_on_the_dev_stack_completes_with_the_sum_of_squares(
+    shared_stack: DevStack,
+) -> None:
+    stack = shared_stack
 
     with stack.http() as http:
         job = wait_completed(http, submit_demo(http, 5))
@@ -307,12 +342,25 @@ def test_sigterm_to_dev_alone_stops_everything_too(
     wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
 
 
-def test_a_completed_job_is_still_there_after_a_restart_on_the_same_data_dir(
+def generated_secret(stack: DevStack) -> str:
+    """The secret dev generated: kept in the data dir, owner-only, named by the banner
+    and carried by the dashboard link."""
+    path = stack.data_dir / "ingest-secret"
+    assert path.stat().st_mode & 0o777 == 0o600
+    secret = path.read_text().strip()
+    out = stack.output()
+    assert f"Token            export FORGE_INGEST_SECRET=$(cat {path})\n" in out, out
+    assert f"Dashboard        {stack.api_url}/#token={secret}\n" in out, out
+    return secret
+
+
+def test_a_restart_on_the_same_data_dir_keeps_every_job_and_the_generated_secret(
     start_dev: Callable[..., DevStack], tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    first = start_dev(data)
-    with first.http() as http:
+    first = start_dev(data, secret=None)
+    token = generated_secret(first)
+    with first.http(token) as http:
         job_id = submit_demo(http, 5)
         before = wait_completed(http, job_id)
     assert first.interrupt() == 0, first.output()
@@ -320,11 +368,13 @@ def test_a_completed_job_is_still_there_after_a_restart_on_the_same_data_dir(
 
     second = start_dev(
         data,
+        secret=None,
         api_port=first.api_port,
         temporal_port=first.temporal_port,
         ui_port=first.ui_port,
     )
-    with second.http() as http:
+    assert generated_secret(second) == token
+    with second.http(token) as http:
         response = http.get(f"/api/jobs/{job_id}")
         listed = http.get("/api/jobs", params={"type": "demo"})
 
@@ -334,15 +384,13 @@ def test_a_completed_job_is_still_there_after_a_restart_on_the_same_data_dir(
     assert [job["id"] for job in listed.json()] == [job_id]
 
 
-def test_without_a_secret_dev_prints_a_generated_one_that_works_as_the_token(
+def test_without_a_secret_dev_generates_one_that_works_as_the_token(
     start_dev: Callable[..., DevStack], tmp_path: Path
 ) -> None:
     stack = start_dev(tmp_path / "data", secret=None)
 
-    found = re.search(r"^FORGE_INGEST_SECRET=(\S+)$", stack.output(), re.MULTILINE)
+    token = generated_secret(stack)
 
-    assert found, stack.output()
-    token = found.group(1)
     assert len(token) >= 24
     with stack.http(token) as http:
         assert http.get("/api/jobs").status_code == 200
@@ -350,6 +398,16 @@ def test_without_a_secret_dev_prints_a_generated_one_that_works_as_the_token(
         assert http.get("/api/jobs").status_code == 401
     with stack.http(SECRET) as http:
         assert http.get("/api/jobs").status_code == 401
+
+
+def test_a_secret_in_the_environment_wins_over_the_one_kept_in_the_data_dir(
+    shared_stack: DevStack,
+) -> None:
+    with shared_stack.http(SECRET) as http:
+        assert http.get("/api/jobs").status_code == 200
+    with shared_stack.http(KEPT_SECRET.strip()) as http:
+        assert http.get("/api/jobs").status_code == 401
+    assert (shared_stack.data_dir / "ingest-secret").read_text() == KEPT_SECRET
 
 
 @pytest.fixture
@@ -398,3 +456,174 @@ def test_dev_exits_non_zero_and_stops_everything_when_the_api_dies(
     assert stack.process.wait(90) != 0
     assert "API (-9) exited" in stack.output()
     wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
+
+
+def test_a_sigkilled_dev_takes_the_temporal_server_the_api_and_the_worker_with_it(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(tmp_path / "data")
+    commands = list(stack.pids.values())
+    assert any("server start-dev" in cmd for cmd in commands), commands
+
+    stack.process.kill()  # no chance to clean up: an OOM kill, a closed terminal
+    stack.process.wait()
+
+    wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
+    for port in (stack.api_port, stack.temporal_port, stack.ui_port):
+        assert not port_in_use(port), port
+
+
+# A solver that ignores SIGTERM: the worker's shutdown would wait its whole grace for it.
+STUBBORN_SOLVER = [
+    PYTHON,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)",
+]
+
+
+def test_a_second_ctrl_c_kills_everything_at_once(
+    start_dev: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    stack = start_dev(
+        tmp_path / "data",
+        env={
+            "WORKER_SOLVERS": json.dumps({"stubborn": STUBBORN_SOLVER}),
+            "WORKER_SHUTDOWN_GRACE_S": "120",
+        },
+    )
+    with stack.http() as http:
+        response = http.post("/api/jobs", json={"type": "stubborn"})
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        wait_until(
+            lambda: http.get(f"/api/jobs/{job_id}").json()["status"] == "running",
+            timeout=60,
+            what="the stubborn job to run",
+        )
+    wait_until(
+        lambda: any("SIG_IGN" in cmd for cmd in stack.record_processes().values()),
+        what="the solver process",
+    )
+    os.killpg(stack.process.pid, signal.SIGINT)
+    wait_until(lambda: "stopping…" in stack.output(), what="dev to start stopping")
+    stopped_at = time.monotonic()
+
+    os.killpg(stack.process.pid, signal.SIGINT)
+
+    stack.process.wait(20)  # far less than the worker's 120 s shutdown grace
+    wait_until(lambda: not stack.leftovers(), timeout=20, what="no leftover processes")
+    assert time.monotonic() - stopped_at < 20
+
+
+# -- the dashboard, as `make dev` leads to it ---------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian Chromium, driven by Playwright."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.test_dashboard import CHROMIUM_ARGS, TIMEOUT_MS
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser context (so a fresh sessionStorage) per test."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    yield context.new_page()
+    context.close()
+
+
+def dashboard_link(stack: DevStack) -> str:
+    """The link dev printed."""
+    found = re.search(r"^Dashboard\s+(\S+)$", stack.output(), re.MULTILINE)
+    assert found, stack.output()
+    return found.group(1)
+
+
+@needs_chromium
+def test_the_printed_dashboard_link_signs_in_and_takes_the_token_out_of_the_address_bar(
+    shared_stack: DevStack, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+
+    page.goto(dashboard_link(shared_stack))
+
+    expect(page.locator("#login-form")).to_be_hidden()
+    expect(page.locator("#stream-status")).to_have_text("live")
+    expect(page.locator('#status-chips [data-count="all"]')).to_have_text(re.compile(r"^\d+$"))
+    assert page.url == f"{shared_stack.api_url}/"
+    assert page.evaluate("sessionStorage.getItem('jobforge.token')") == SECRET
+    assert requested
+    assert not [url for url in requested if SECRET in url]
+    worker = page.locator("#fleet-list .worker")
+    expect(worker).to_have_count(1)
+    expect(worker).to_contain_text("native · 1 core · ")
+
+    page.reload()  # kept like a typed token
+    expect(page.locator("#stream-status")).to_have_text("live")
+
+
+@needs_chromium
+def test_the_status_dot_tells_signed_out_from_offline(shared_stack: DevStack, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(shared_stack.api_url)
+    expect(page.locator("#login-form")).to_be_visible()
+    expect(page.locator("#stream-status")).to_have_text("signed out")
+    expect(page.locator("#stream-status")).to_have_attribute("data-state", "signed-out")
+
+    page.route("**/api/config", lambda route: route.abort())  # the API is gone
+    page.locator("#token-input").fill(SECRET)
+    page.locator("#login-button").click()
+
+    expect(page.locator("#stream-status")).to_have_text("offline")
+    expect(page.locator("#login-error")).to_contain_text("Cannot reach the API")
+
+
+@needs_chromium
+def test_a_cancelled_job_is_counted_as_cancelled_not_failed(
+    shared_stack: DevStack, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    job_type = f"idle-{os.urandom(4).hex()}"  # no worker serves it: it stays pending
+    with shared_stack.http() as http:
+        response = http.post("/api/jobs", json={"type": job_type})
+        assert response.status_code == 201, response.text
+        job_id = response.json()["id"]
+        assert http.delete(f"/api/jobs/{job_id}").status_code == 204
+        wait_until(
+            lambda: http.get("/api/jobs/counts", params={"type": job_type}).json().get("cancelled"),
+            what="the cancelled count",
+        )
+
+    page.goto(dashboard_link(shared_stack))
+    page.locator("#type-filter").fill(job_type)
+    expect(page.locator("#jobs-body")).to_have_attribute("data-filter-type", job_type)
+
+    row = page.locator(f'#jobs-body tr[data-job-id="{job_id}"]')
+    expect(row.locator('[data-field="status"]')).to_have_text("cancelled")
+    expect(page.locator('#status-chips [data-count="cancelled"]')).to_have_text("1")
+    expect(page.locator('#status-chips [data-count="failed"]')).to_have_text("0")
+    expect(page.locator('#status-chips [data-count="all"]')).to_have_text("1")
+    page.locator('#status-chips .chip[data-status="failed"]').click()
+    expect(row).to_have_count(0)
+    page.locator('#status-chips .chip[data-status="cancelled"]').click()
+    expect(row).to_have_count(1)

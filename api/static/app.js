@@ -2,7 +2,11 @@
 // from the server-sent event stream; counts and page 1 are re-read (throttled) after events.
 "use strict";
 
-const STATUSES = ["pending", "assigned", "running", "completed", "failed", "quarantined"];
+// The status chips: the API's statuses, and a cancelled job (failed with fail_reason
+// "cancelled") on its own, as its row and GET /api/jobs/counts tell it.
+const STATUSES = [
+  "pending", "assigned", "running", "completed", "failed", "cancelled", "quarantined",
+];
 const EVENT_NAMES = [
   "job:created", "job:assigned", "job:running", "job:completed",
   "job:failed", "job:pending", "job:quarantined", "job:cancelled",
@@ -106,6 +110,11 @@ function debounce(fn, wait, maxWait = Infinity) {
   return call;
 }
 
+// The API's status filter for a chip: cancelled jobs are failed ones, told apart here.
+function apiStatus(label) {
+  return label === "cancelled" ? "failed" : label;
+}
+
 function statusLabel(job) {
   return job.status === "failed" && job.fail_reason === "cancelled" ? "cancelled" : job.status;
 }
@@ -167,6 +176,7 @@ async function guard(step) {
 function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   stop();
+  setStreamState("signed-out", "signed out");
   $("#app").hidden = true;
   $("#job-detail").hidden = true;
   $("#sign-out").hidden = true;
@@ -183,16 +193,17 @@ function stop() {
   for (const timer of Object.values(state.timers)) clearTimeout(timer);
   state.timers = {};
   refreshSoon.cancel();
-  setStreamState("off", "offline");
 }
 
 async function start() {
   stop();
   $("#login-form").hidden = true;
+  setStreamState("connecting", "connecting…");
   try {
     state.config = await getJson("/api/config");
   } catch (err) {
     if (!(err instanceof Unauthorized)) {
+      setStreamState("offline", "offline");
       $("#login-form").hidden = false;
       $("#login-error").textContent = `Cannot reach the API: ${err.message}`;
     }
@@ -297,7 +308,7 @@ async function loadPage() {
   const generation = ++state.generation;
   state.pageDirty = false;
   const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
-  if (state.status) params.set("status", state.status);
+  if (state.status) params.set("status", apiStatus(state.status));
   if (state.type) params.set("type", state.type);
   const token = state.tokens[state.page];
   if (token) params.set("page_token", token);
@@ -388,7 +399,7 @@ function fillRow(tr, job) {
 }
 
 function matches(job) {
-  return (!state.status || job.status === state.status) && (!state.type || job.type === state.type);
+  return (!state.status || statusLabel(job) === state.status) && (!state.type || job.type === state.type);
 }
 
 function applyEvent(job, event) {
@@ -701,7 +712,7 @@ async function loadFleet() {
         h("span", { class: "chip small active-jobs", "data-count": w.active_jobs },
           `${w.active_jobs} active`),
         h("span", { class: "muted small" },
-          `${w.kind} · ${w.cores} cores · ${w.ram_gb} GB · heartbeat ${ago(w.last_heartbeat)}`),
+          `${w.kind} · ${w.cores} ${w.cores === 1 ? "core" : "cores"} · ${w.ram_gb} GB · heartbeat ${ago(w.last_heartbeat)}`),
         w.tags.length > 0 && h("span", { class: "tags" }, w.tags.map((t) => h("code", {}, t))),
       ),
     ),
@@ -718,7 +729,20 @@ function scheduleFleet() {
 
 // ---------------------------------------------------------------- wiring
 
+// A link with the token in its fragment (`/#token=…`, as `jobforge dev` prints it) signs
+// in like a typed token. A fragment never reaches the server or its logs; it is taken out
+// of the address bar (and so of history and bookmarks) at once.
+function tokenFromFragment() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (token === null) return false;
+  history.replaceState(null, "", location.pathname + location.search);
+  if (!token.trim()) return false;
+  sessionStorage.setItem(TOKEN_KEY, token.trim());
+  return true;
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  tokenFromFragment();
   $("#login-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("#token-input").value.trim();
@@ -733,6 +757,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#next-page").addEventListener("click", () => turnPage(1));
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape" && state.selected) closeDetail();
+  });
+  // A link opened in a tab that already shows the dashboard.
+  window.addEventListener("hashchange", () => {
+    if (tokenFromFragment()) start();
   });
   if (sessionStorage.getItem(TOKEN_KEY)) start();
   else signOut("");
