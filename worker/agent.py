@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.exceptions import ApplicationError
 
 from activities import solver
+from worker.hub_client import HubSettings
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.errors import ErrorType, Failure
 from workflows.models import AttemptResult, ClaimedJob
@@ -31,13 +32,13 @@ MAX_BACKOFF_S = 30.0
 
 
 class AgentSettings(BaseSettings):
-    """The agent's own environment (the spec's HUB_URL, FORGE_INGEST_SECRET, NODE_NAME,
-    JOB_POLL_INTERVAL_MS); what it serves comes from the worker's `WORKER_*` settings."""
+    """The agent's own environment (the spec's NODE_NAME, JOB_POLL_INTERVAL_MS), composed
+    with where the hub is (`HubSettings`: HUB_URL, FORGE_INGEST_SECRET, as the CLI) and
+    what it serves (`WorkerSettings`: WORKER_*, NODE_ID, as a native worker)."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    hub_url: str = Field(default="http://127.0.0.1:8000", validation_alias="HUB_URL")
-    secret: str = Field(default="", validation_alias="FORGE_INGEST_SECRET")
+    hub: HubSettings = Field(default_factory=HubSettings, exclude=True)
     node_name: str | None = Field(default=None, validation_alias="NODE_NAME")
     poll_interval_ms: int = Field(default=5000, ge=0, validation_alias="JOB_POLL_INTERVAL_MS")
     worker: WorkerSettings = Field(default_factory=WorkerSettings, exclude=True)
@@ -54,8 +55,8 @@ class Hub:
 
     def __init__(self, settings: AgentSettings) -> None:
         self._http = httpx.AsyncClient(
-            base_url=settings.hub_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {settings.secret}"},
+            base_url=settings.hub.base_url,
+            headers={"Authorization": f"Bearer {settings.hub.secret}"},
             timeout=httpx.Timeout(settings.claim_wait_s + 30, connect=10),
         )
 
