@@ -21,19 +21,19 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect, sync_playwright
 
-from bench.harness import ROOT, Proc, jobforge, spawn, start_dev_server, wait_until
+from bench.harness import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ROOT,
+    Proc,
+    jobforge,
+    spawn,
+    start_dev_server,
+    wait_until,
+)
 from worker.devserver import env_with, free_port, wait_for_port
 
 SECRET = "screenshot-secret"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # A registered agent that never heartbeats shows as dead after this long.
 ALIVE_WINDOW_S = 20
 SOLVERS = {
@@ -49,7 +49,7 @@ def main() -> None:
         prog="python -m bench.dashboard_screenshot", description=(__doc__ or "").splitlines()[0]
     )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "dashboard.png")
-    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--chromium", default=str(CHROMIUM))
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="jf-shot-"))

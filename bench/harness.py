@@ -56,6 +56,20 @@ WORKER_READY = "ready: workflows=True"
 # -- readiness -------------------------------------------------------------------------
 
 
+# Debian's Chromium, headless, and the flags this closed network needs (without the
+# background-networking ones it keeps trying hosts it cannot reach).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 def wait_until(
     condition: Callable[[], T | None],
     *,

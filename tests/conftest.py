@@ -7,8 +7,6 @@ import contextlib
 import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -24,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bench import harness
+from bench.harness import Proc
 from worker.devserver import DevServer, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,33 +86,6 @@ def base_env(temporal: DevServer, **extra: str) -> dict[str, str]:
 
 
 @dataclass
-class Proc:
-    """A jobforge process started by a test, with its log file."""
-
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def output(self) -> str:
-        """Everything it logged so far."""
-        return self.log.read_text(errors="replace")
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 45.0) -> int:
-        """Signal it and wait for it to exit."""
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        self.stop(signal.SIGKILL)
-
-
-@dataclass
 class Api:
     """A running API process and an authenticated client for it."""
 
@@ -164,17 +137,9 @@ def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Pr
     started: list[Proc] = []
 
     def start(args: list[str], env: dict[str, str]) -> Proc:
-        log = logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [PYTHON, "-m", "worker.cli", *args],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        proc = Proc(process, log)
+        proc = harness.spawn(
+            harness.jobforge(*args), logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log", env
+        )
         started.append(proc)
         return proc
 

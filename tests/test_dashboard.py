@@ -10,18 +10,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
 
+from bench.harness import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import SECRET, Api, Solver
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LIVE_TIMEOUT_MS = 45_000
 # Runs until the file `params["release"]` exists (60 s at most), then answers 42.
 GATED_SOLVER = (

@@ -110,7 +110,7 @@ def test_each_failed_attempt_is_one_log_line_without_a_traceback(
 
     found = wait_until(lambda: len(failure_lines()) == 2 and failure_lines(), what="2 lines")
     for line, following in found:
-        assert "ApplicationError: solver exited with code 5" in line
+        assert "ApplicationError: solver_exit: solver exited with code 5" in line
         assert not following.startswith("Traceback")
 
 
