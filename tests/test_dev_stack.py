@@ -16,7 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from bench.harness import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import PYTHON, ROOT, wait_until
 from worker.dev_stack import READY_LINE
 from worker.devserver import free_port, port_in_use
@@ -186,7 +188,7 @@ def launch_dev(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    return DevStack(process, log, data_dir.resolve(), *ports)
+    return DevStack(process, log, data_dir.resolve(), ports[0], ports[1], ports[2])
 
 
 def wait_up(stack: DevStack) -> DevStack:
@@ -517,20 +519,17 @@ def test_a_second_ctrl_c_kills_everything_at_once(
 
 # -- the dashboard, as `make dev` leads to it ---------------------------------------
 
-CHROMIUM = Path("/usr/bin/chromium")
+# Default for actions and expect(); generous, as CI machines may be busy.
+BROWSER_TIMEOUT_MS = 20_000
 needs_chromium = pytest.mark.skipif(
     not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
 )
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser() -> Iterator[Browser]:
     """Headless Debian Chromium, driven by Playwright."""
-    from playwright.sync_api import expect, sync_playwright
-
-    from tests.test_dashboard import CHROMIUM_ARGS, TIMEOUT_MS
-
-    expect.set_options(timeout=TIMEOUT_MS)
+    expect.set_options(timeout=BROWSER_TIMEOUT_MS)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
@@ -540,7 +539,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Browser) -> Iterator[Page]:
     """A fresh browser context (so a fresh sessionStorage) per test."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     yield context.new_page()
@@ -556,10 +555,8 @@ def dashboard_link(stack: DevStack) -> str:
 
 @needs_chromium
 def test_the_printed_dashboard_link_signs_in_and_takes_the_token_out_of_the_address_bar(
-    shared_stack: DevStack, page: Any
+    shared_stack: DevStack, page: Page
 ) -> None:
-    from playwright.sync_api import expect
-
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
 
@@ -581,9 +578,7 @@ def test_the_printed_dashboard_link_signs_in_and_takes_the_token_out_of_the_addr
 
 
 @needs_chromium
-def test_the_status_dot_tells_signed_out_from_offline(shared_stack: DevStack, page: Any) -> None:
-    from playwright.sync_api import expect
-
+def test_the_status_dot_tells_signed_out_from_offline(shared_stack: DevStack, page: Page) -> None:
     page.goto(shared_stack.api_url)
     expect(page.locator("#login-form")).to_be_visible()
     expect(page.locator("#stream-status")).to_have_text("signed out")
@@ -599,10 +594,8 @@ def test_the_status_dot_tells_signed_out_from_offline(shared_stack: DevStack, pa
 
 @needs_chromium
 def test_a_cancelled_job_is_counted_as_cancelled_not_failed(
-    shared_stack: DevStack, page: Any
+    shared_stack: DevStack, page: Page
 ) -> None:
-    from playwright.sync_api import expect
-
     job_type = f"idle-{os.urandom(4).hex()}"  # no worker serves it: it stays pending
     with shared_stack.http() as http:
         response = http.post("/api/jobs", json={"type": job_type})

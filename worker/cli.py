@@ -337,9 +337,6 @@ def show(job_id: JobIdArg) -> None:
         job = hub.job(job_id)
     label = status_label(job.model_dump(mode="json"))
     console = Console(highlight=False)
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column()
     solver = (
         f"{job.solver_url} (sha256 {job.solver_checksum})"
         if job.solver_url
@@ -359,8 +356,7 @@ def show(job_id: JobIdArg) -> None:
         ("Params", json.dumps(job.params)),
         ("Result", "—" if job.result is None else json.dumps(job.result)),
     ):
-        facts.add_row(name, value)
-    console.print(facts)
+        console.print(Text.assemble((f"{name:<13}", "bold"), value), soft_wrap=True)
     transitions = Table("#", "When", "Status", "Attempt", "Worker", "Reason", title="Transitions")
     for t in job.transitions:
         transitions.add_row(

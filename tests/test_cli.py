@@ -1,0 +1,330 @@
+"""The `jobforge` job commands as a user runs them: processes against the session's API.
+
+The process commands have theirs elsewhere: `api` and `worker` start every stack in
+conftest, `dev` in test_dev_stack, `setup` in test_setup, `agent` in test_agents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, REGISTERED_TYPE, ROOT, SECRET, Api, Solver, wait_until
+from worker.devserver import free_port
+
+JOBFORGE = Path(PYTHON).with_name("jobforge")  # the console script, as installed
+HUB_ENV = ("HUB_URL", "FORGE_INGEST_SECRET")
+
+pytestmark = pytest.mark.usefixtures("session_worker")
+
+
+def cli_env(url: str, secret: str | None) -> dict[str, str]:
+    """The environment of a user pointing the CLI at `url`."""
+    env = {key: value for key, value in os.environ.items() if key not in HUB_ENV}
+    env.update(HUB_URL=url, COLUMNS="200", PYTHONUNBUFFERED="1")
+    if secret is not None:
+        env["FORGE_INGEST_SECRET"] = secret
+    return env
+
+
+def jobforge(
+    url: str, *args: str, secret: str | None = SECRET, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `jobforge ARGS` to completion."""
+    return subprocess.run(
+        [str(JOBFORGE), *args],
+        cwd=ROOT,
+        env={**cli_env(url, secret), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    """Its standard output, once it exited 0."""
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    return result.stdout
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single line it printed on stderr, once it exited non-zero."""
+    assert result.returncode != 0, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def lonely(start_api: Callable[..., Api]) -> Iterator[Api]:
+    """An API whose activity queues nobody polls: its jobs stay pending."""
+    api = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"cli-{uuid.uuid4().hex[:8]}-")
+    yield api
+    api.proc.stop(timeout=15)
+
+
+def test_submit_prints_the_id_of_a_job_that_then_runs_with_those_params(api: Api) -> None:
+    out = ok(jobforge(api.url, "submit", REGISTERED_TYPE, "--params", '{"n": 3}'))
+
+    job = api.wait_status(out.strip(), "completed")
+    assert job["params"] == {"n": 3}
+    assert job["result"]["registered"] is True
+
+
+def test_submit_with_an_idempotency_key_twice_prints_the_same_id(api: Api) -> None:
+    key = uuid.uuid4().hex
+    args = ("submit", REGISTERED_TYPE, "--idempotency-key", key, "--priority", "4")
+
+    first = ok(jobforge(api.url, *args)).strip()
+    second = ok(jobforge(api.url, *args)).strip()
+
+    assert first == second
+    assert api.job(first)["priority"] == 4
+
+
+def test_submit_with_a_solver_url_and_checksum_runs_that_solver(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('print(json.dumps({"doubled": params["x"] * 2}))\n')
+
+    out = ok(
+        jobforge(
+            api.url,
+            *("submit", job_type, "--params", '{"x": 21}', "--max-attempts", "1"),
+            *("--solver-url", solver.url, "--solver-checksum", solver.checksum),
+        )
+    )
+
+    job = api.wait_status(out.strip(), "completed")
+    assert job["result"] == {"doubled": 42}
+    assert job["max_attempts"] == 1
+
+
+def test_submit_refuses_params_that_are_not_json(api: Api) -> None:
+    result = jobforge(api.url, "submit", "demo", "--params", "{n: 3}")
+
+    assert result.returncode == 2
+    assert one_error_line(result).startswith("error: --params is not JSON")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["submit", "demo"], ["get", "abc"], ["list"], ["cancel", "abc"], ["show", "abc"]],
+    ids=lambda args: args[0],
+)
+def test_without_forge_ingest_secret_a_job_command_names_the_missing_setting(
+    api: Api, args: list[str]
+) -> None:
+    line = one_error_line(jobforge(api.url, *args, secret=None))
+
+    assert "FORGE_INGEST_SECRET is not set" in line
+    assert "cannot reach" not in line
+
+
+def test_an_api_nobody_listens_on_is_reported_as_unreachable() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+
+    line = one_error_line(jobforge(url, "list"))
+
+    assert line.startswith(f"error: cannot reach {url}: ")
+
+
+def test_a_wrong_secret_is_reported_as_the_apis_401(api: Api) -> None:
+    line = one_error_line(jobforge(api.url, "list", secret="not-the-secret"))
+
+    assert line.startswith("error: HTTP 401: ")
+
+
+def test_get_prints_the_job_as_json(api: Api) -> None:
+    job_id = api.submit(type=REGISTERED_TYPE, params={"k": "v"})
+    api.wait_status(job_id, "completed")
+
+    printed = json.loads(ok(jobforge(api.url, "get", job_id)))
+
+    assert printed == api.job(job_id)
+
+
+def test_get_of_an_unknown_job_is_the_apis_404(api: Api) -> None:
+    line = one_error_line(jobforge(api.url, "get", "no-such-job"))
+
+    assert line.startswith("error: HTTP 404: ")
+
+
+def test_list_prints_a_line_per_job_filtered_by_type_and_status(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    good = make_solver('print("{}")\n')
+    bad = make_solver("sys.exit(3)\n")
+    done = api.submit(**good.spec(job_type, priority=2))
+    broken = api.submit(**bad.spec(job_type, max_attempts=1))
+    api.wait_status(done, "completed")
+    api.wait_status(broken, "quarantined")
+
+    def listed(*args: str) -> list[str]:
+        return ok(jobforge(api.url, "list", "--type", job_type, *args)).splitlines()
+
+    both = wait_until(lambda: len(lines := listed()) == 2 and lines, what="both jobs listed")
+    assert [line.split()[:3] for line in both] == [
+        [done, "completed", job_type],
+        [broken, "quarantined", job_type],
+    ]
+    assert both[0].endswith("p=2 attempts=1")
+    assert [line.split()[0] for line in listed("--status", "completed")] == [done]
+    assert [line.split()[0] for line in listed("--limit", "1")] == [done]
+
+
+def test_cancel_cancels_a_pending_job_and_list_and_show_say_cancelled(
+    lonely: Api, job_type: str
+) -> None:
+    job_id = ok(jobforge(lonely.url, "submit", job_type)).strip()
+    other = ok(jobforge(lonely.url, "submit", job_type)).strip()
+
+    assert ok(jobforge(lonely.url, "cancel", job_id)) == f"cancelled {job_id}\n"
+
+    job = lonely.job(job_id)
+    assert (job["status"], job["fail_reason"]) == ("failed", "cancelled")
+
+    def statuses(*args: str) -> dict[str, str]:
+        lines = ok(jobforge(lonely.url, "list", "--type", job_type, *args)).splitlines()
+        return {line.split()[0]: line.split()[1] for line in lines}
+
+    wait_until(
+        lambda: statuses() == {job_id: "cancelled", other: "pending"},
+        what="the cancelled job listed as cancelled",
+    )
+    assert statuses("--status", "cancelled") == {job_id: "cancelled"}
+    assert statuses("--status", "failed") == {}
+    shown = ok(jobforge(lonely.url, "show", job_id))
+    assert re.search(r"^Status\s+cancelled$", shown, re.MULTILINE), shown
+
+
+def test_cancel_of_a_completed_job_fails_with_the_apis_409(api: Api) -> None:
+    job_id = api.submit(type=REGISTERED_TYPE)
+    api.wait_status(job_id, "completed")
+
+    line = one_error_line(jobforge(api.url, "cancel", job_id))
+
+    assert line.startswith("error: HTTP 409: ")
+    assert "completed" in line
+
+
+def test_show_prints_the_detail_the_transitions_and_the_fail_history(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
+) -> None:
+    # Fails its first attempt, then succeeds.
+    solver = make_solver(
+        'if not os.path.exists(params["marker"]):\n'
+        '    open(params["marker"], "w").close()\n'
+        '    print("first try fails", file=sys.stderr)\n'
+        "    sys.exit(3)\n"
+        'print(json.dumps({"second": "try"}))\n'
+    )
+    job_id = api.submit(**solver.spec(job_type, params={"marker": str(tmp_path / "m")}))
+    api.wait_status(job_id, "completed")
+
+    shown = ok(jobforge(api.url, "show", job_id))
+
+    for pattern in (
+        rf"^Job\s+{job_id}$",
+        rf"^Type\s+{job_type}$",
+        r"^Status\s+completed$",
+        r"^Attempts\s+2 / 3$",
+        r"^Worker\s+session-worker$",
+        r'^Result\s+\{"second": "try"\}$',
+    ):
+        assert re.search(pattern, shown, re.MULTILINE), (pattern, shown)
+    transitions = shown[shown.index("Transitions") : shown.index("Fail history")]
+    statuses = re.findall(r"│\s*\d+\s*│[^│]*│\s*(\w+)\s*│", transitions)
+    assert statuses[:3] == ["pending", "assigned", "running"]
+    assert statuses[-1] == "completed"
+    assert statuses.count("running") == 2
+    failures = shown[shown.index("Fail history") :]
+    assert len(re.findall(r"│.*session-worker.*│", failures)) == 1, failures
+
+
+@pytest.fixture
+def watcher(api: Api, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Factory: a running `jobforge watch ARGS` (output in tmp_path); stopped at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str) -> subprocess.Popen[bytes]:
+        with (tmp_path / "out").open("wb") as out, (tmp_path / "err").open("wb") as err:
+            process = subprocess.Popen(
+                [str(JOBFORGE), "watch", *args],
+                cwd=ROOT,
+                env=cli_env(api.url, SECRET),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
+        started.append(process)
+        wait_until(
+            lambda: "watching" in (tmp_path / "err").read_text() or process.poll() is not None,
+            what="watch to connect",
+        )
+        assert process.poll() is None, (tmp_path / "err").read_text()
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_watch_follows_events_live_filtered_and_stops_cleanly_on_ctrl_c(
+    api: Api,
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    watcher: Callable[..., subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    process = watcher("--type", job_type, "--status", "running", "--status", "completed")
+    solver = make_solver('print("{}")\n')
+    job_id = api.submit(**solver.spec(job_type))
+    elsewhere = api.submit(type=REGISTERED_TYPE)
+    api.wait_status(elsewhere, "completed")
+
+    def lines() -> list[str]:
+        return (tmp_path / "out").read_text().splitlines()
+
+    wait_until(lambda: any("job:completed" in line for line in lines()), what="job:completed")
+    process.send_signal(signal.SIGINT)
+
+    assert process.wait(10) == 0
+    assert "Traceback" not in (tmp_path / "err").read_text()
+    events = [line.split()[2:6] for line in lines()]
+    assert events == [
+        ["job:running", job_id, job_type, "running"],
+        ["job:completed", job_id, job_type, "completed"],
+    ]
+
+
+@pytest.mark.parametrize("command", ["", "submit", "list", "show", "watch", "dev", "api"])
+def test_help_names_values_by_metavar_not_by_python_type(command: str) -> None:
+    out = ok(jobforge("http://unused", *([command] if command else []), "--help"))
+
+    assert not re.search(r"<\w+>|\{\w+\}", out), out
+    if command == "submit":
+        assert re.search(r"Usage: jobforge submit \[OPTIONS\] TYPE\s", out), out
+        assert re.search(r"--params\s+JSON\s", out), out
+        assert re.search(r"--solver-checksum\s+SHA256\s", out), out
+    if command == "dev":
+        assert re.search(r"--data-dir\s+DIR\s", out), out
+
+
+def test_a_bad_worker_setting_is_one_line_naming_it() -> None:
+    result = jobforge("http://unused", "worker", WORKER_CORES="0")
+
+    assert result.returncode == 2
+    assert one_error_line(result).startswith("error: bad worker setting: cores: ")
