@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint bench faults clean browser
+.PHONY: dev test lint bench faults clean browser compose-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,7 +20,13 @@ browser:
 	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@command -v chromium >/dev/null || echo "chromium is missing: the dashboard tests will be skipped (apt-get install chromium)"
 
-test: $(STAMP) browser
+# tests/test_compose.py validates docker-compose.yml with Debian's docker-compose (no
+# Docker engine needed); as root, install it when missing.
+compose-tools:
+	@command -v docker-compose >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
+	@command -v docker-compose >/dev/null || echo "docker-compose is missing: the compose validation will be skipped (apt-get install docker-compose)"
+
+test: $(STAMP) browser compose-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q

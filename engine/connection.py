@@ -3,33 +3,79 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
+from typing import Self
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.service import RetryConfig
+from temporalio.service import RetryConfig, TLSConfig
+
+
+def _env(name: str, standard: str) -> AliasChoices:
+    """`TEMPORAL_<name>`, or the name Temporal's own CLI and SDK env config read."""
+    return AliasChoices(f"TEMPORAL_{name}", f"TEMPORAL_{standard}")
 
 
 class TemporalSettings(BaseSettings):
     """Where Temporal is and which queues jobforge uses there (env `TEMPORAL_*`)."""
 
-    model_config = SettingsConfigDict(env_prefix="TEMPORAL_", extra="ignore")
+    # populate_by_name: code passes `tls_cert=...`; the environment uses the aliases.
+    model_config = SettingsConfigDict(env_prefix="TEMPORAL_", extra="ignore", populate_by_name=True)
 
     address: str = "localhost:7233"
     namespace: str = "default"
+    # Temporal Cloud's API key (sent as a bearer token; turns TLS on).
     api_key: str | None = None
+    # TLS with the system's roots; any of the TLS files or a server name turns it on too.
     tls: bool = False
+    # mTLS: the client certificate and its key, PEM files (Temporal Cloud's mTLS auth).
+    tls_cert: Path | None = Field(
+        default=None, validation_alias=_env("TLS_CERT", "TLS_CLIENT_CERT_PATH")
+    )
+    tls_key: Path | None = Field(
+        default=None, validation_alias=_env("TLS_KEY", "TLS_CLIENT_KEY_PATH")
+    )
+    # The CA that signed the server's certificate, for a cluster with a private CA.
+    tls_ca: Path | None = Field(
+        default=None, validation_alias=_env("TLS_CA", "TLS_SERVER_CA_CERT_PATH")
+    )
+    # The name the server's certificate carries, when it is not the address's host
+    # (also sent as SNI).
+    tls_server_name: str | None = None
     task_queue: str = Field(default="jobforge", description="JobWorkflow's task queue")
     activity_queue_prefix: str = Field(
         default="jobforge-", description="Prefix of the per-type activity task queues"
     )
     ui_url: str = "http://localhost:8233"
 
+    @model_validator(mode="after")
+    def _cert_with_key(self) -> Self:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together (mTLS)")
+        return self
+
     def activity_queue(self, job_type: str) -> str:
         """The task queue one job type's attempts run on."""
         return f"{self.activity_queue_prefix}{job_type}"
+
+    def tls_config(self) -> TLSConfig | bool:
+        """What the client's `tls` option gets: a TLSConfig built from the files (read
+        now), True for TLS with the system's roots, or False for plaintext."""
+        if not (self.tls_cert or self.tls_ca or self.tls_server_name):
+            return self.tls or bool(self.api_key)
+        return TLSConfig(
+            server_root_ca_cert=_read(self.tls_ca),
+            domain=self.tls_server_name,
+            client_cert=_read(self.tls_cert),
+            client_private_key=_read(self.tls_key),
+        )
+
+
+def _read(path: Path | None) -> bytes | None:
+    return None if path is None else path.expanduser().read_bytes()
 
 
 async def connect(
@@ -40,17 +86,18 @@ async def connect(
     runtime: Runtime | None = None,
     retry_ms: int | None = None,
 ) -> Client:
-    """A client with the pydantic data converter jobforge's models need.
+    """A client with the pydantic data converter jobforge's models need, over TLS or
+    with an API key when the settings say so (`TemporalSettings.tls_config`).
 
     `retry_ms` bounds how long a call retries an unreachable server (the SDK's default
-    is about 10 s).
+    is about 10 s). An unreadable TLS file raises OSError naming it.
     """
     retry = RetryConfig() if retry_ms is None else RetryConfig(max_elapsed_time_millis=retry_ms)
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,
         api_key=settings.api_key,
-        tls=settings.tls or bool(settings.api_key),
+        tls=settings.tls_config(),
         data_converter=pydantic_data_converter,
         identity=identity or f"jobforge@{socket.gethostname()}",
         lazy=lazy,

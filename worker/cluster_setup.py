@@ -1,5 +1,6 @@
 """Register jobforge's search attributes on a Temporal cluster (what the dev server gets
-from flags)."""
+from flags). Connects as every other process does (`engine.connection.connect`), so a
+TLS, mTLS or API-key cluster is reached with the same `TEMPORAL_*` settings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
+from temporalio.service import RPCError, RPCStatusCode
 
 from engine.connection import TemporalSettings, connect
 from workflows.search_attributes import REGISTRATION
@@ -18,9 +20,29 @@ KINDS = {
     "Datetime": IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
 }
 
+# How a cluster that manages search attributes elsewhere says no: Temporal Cloud adds
+# them through tcld, its UI or Terraform, not through the operator service.
+REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED)
+
+
+class SearchAttributesRefusedError(Exception):
+    """The cluster will not add search attributes for this client; the message names
+    the missing ones and the tcld command that adds them on Temporal Cloud."""
+
+    def __init__(self, namespace: str, missing: list[str], reason: str) -> None:
+        flags = " ".join(f"--search-attribute {name}={REGISTRATION[name]}" for name in missing)
+        super().__init__(
+            f"the cluster refused to add {', '.join(missing)} ({reason}); on Temporal Cloud"
+            f" run: tcld namespace search-attributes add --namespace {namespace} {flags}"
+        )
+
 
 async def register_search_attributes(temporal: TemporalSettings) -> list[str]:
-    """Add whichever of jobforge's search attributes are missing; returns their names."""
+    """Add whichever of jobforge's search attributes are missing; returns their names.
+
+    Only the missing ones are sent, so once they exist (added here, or by tcld on
+    Temporal Cloud) a rerun only reads.
+    """
     client = await connect(temporal)
     existing = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=temporal.namespace)
@@ -28,7 +50,14 @@ async def register_search_attributes(temporal: TemporalSettings) -> list[str]:
     present = set(existing.custom_attributes) | set(existing.system_attributes)
     missing = {name: KINDS[kind] for name, kind in REGISTRATION.items() if name not in present}
     if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=temporal.namespace, search_attributes=missing)
-        )
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=temporal.namespace, search_attributes=missing)
+            )
+        except RPCError as err:
+            if err.status not in REFUSED:
+                raise
+            raise SearchAttributesRefusedError(
+                temporal.namespace, sorted(missing), err.message
+            ) from err
     return sorted(missing)
