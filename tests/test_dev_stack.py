@@ -356,7 +356,7 @@ def generated_secret(stack: DevStack) -> str:
     return secret
 
 
-def test_a_restart_on_the_same_data_dir_keeps_every_job_and_the_generated_secret(
+def test_without_a_secret_dev_generates_one_that_a_restart_keeps_with_every_job(
     start_dev: Callable[..., DevStack], tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
@@ -376,30 +376,19 @@ def test_a_restart_on_the_same_data_dir_keeps_every_job_and_the_generated_secret
         ui_port=first.ui_port,
     )
     assert generated_secret(second) == token
+    assert len(token) >= 24
     with second.http(token) as http:
         response = http.get(f"/api/jobs/{job_id}")
         listed = http.get("/api/jobs", params={"type": "demo"})
+    with second.http("not-the-secret") as http:
+        assert http.get("/api/jobs").status_code == 401
+    with second.http(SECRET) as http:
+        assert http.get("/api/jobs").status_code == 401
 
     assert response.status_code == 200, response.text
     assert response.json() == before
     assert response.json()["result"] == {"n": 5, "sum_of_squares": 55}
     assert [job["id"] for job in listed.json()] == [job_id]
-
-
-def test_without_a_secret_dev_generates_one_that_works_as_the_token(
-    start_dev: Callable[..., DevStack], tmp_path: Path
-) -> None:
-    stack = start_dev(tmp_path / "data", secret=None)
-
-    token = generated_secret(stack)
-
-    assert len(token) >= 24
-    with stack.http(token) as http:
-        assert http.get("/api/jobs").status_code == 200
-    with stack.http("not-the-secret") as http:
-        assert http.get("/api/jobs").status_code == 401
-    with stack.http(SECRET) as http:
-        assert http.get("/api/jobs").status_code == 401
 
 
 def test_a_secret_in_the_environment_wins_over_the_one_kept_in_the_data_dir(
