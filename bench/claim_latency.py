@@ -57,6 +57,7 @@ from bench.harness import (
     describe,
     exit_now,
     load_average,
+    p50_p99,
     parse,
     percentile,
     run_bench,
@@ -305,7 +306,7 @@ async def run(bench: Bench) -> None:
     print(f"load average at end: {load_average()}")
     for name in PHASES:
         values = phases[name].latency_ms
-        print(f"{name} p50: {percentile(values, 50):.0f} ms p99: {percentile(values, 99):.0f} ms")
+        print(p50_p99(name, values))
 
 
 def settings(bench: Bench) -> str:

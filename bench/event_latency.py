@@ -46,6 +46,7 @@ from bench.harness import (
     describe,
     exit_now,
     load_average,
+    p50_p99,
     parse,
     percentile,
     run_bench,
@@ -300,11 +301,7 @@ async def run(bench: Bench) -> None:
         print(f"  cpu over {result.seconds:.1f} s: {cpu}")
     print(f"load average at end: {load_average()}")
     for result in results:
-        values = result.latency_ms
-        print(
-            f"clients={result.clients} p50: {percentile(values, 50):.0f} ms "
-            f"p99: {percentile(values, 99):.0f} ms"
-        )
+        print(p50_p99(f"clients={result.clients}", result.latency_ms))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -227,6 +227,11 @@ def percentile(values: Sequence[float], pct: float) -> float:
     return ordered[int(rank) - 1]
 
 
+def p50_p99(label: str, values: Sequence[float]) -> str:
+    """The summary line every latency bench prints: `<label> p50: N ms p99: N ms`."""
+    return f"{label} p50: {percentile(values, 50):.0f} ms p99: {percentile(values, 99):.0f} ms"
+
+
 def describe(values: Sequence[float], digits: int = 1) -> str:
     """One line of context: n, min, mean, p50, p90, p99, max (ms)."""
     if not values:

@@ -21,9 +21,10 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from bench import harness
-from bench.harness import Proc
+from bench.harness import CHROMIUM, CHROMIUM_ARGS, Proc, wait_until
 from worker.devserver import DevServer, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,20 +36,6 @@ REGISTERED_SOLVER = [
     "import json, sys; print(json.dumps({'registered': True, 'argv': sys.argv[1:]}))",
 ]
 PYTHON = sys.executable
-
-
-def wait_until(
-    condition: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""
-) -> Any:
-    """Poll `condition` until it returns something truthy, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
 
 
 async def wait_until_async(
@@ -447,3 +434,33 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+# -- a headless browser for the dashboard tests -------------------------------------
+
+# Default for actions and expect(); generous, as CI machines may be busy.
+BROWSER_TIMEOUT_MS = 20_000
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Debian Chromium, driven by Playwright (no downloaded browser)."""
+    expect.set_options(timeout=BROWSER_TIMEOUT_MS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context (so a fresh sessionStorage) per test."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(BROWSER_TIMEOUT_MS)
+    yield context.new_page()
+    context.close()

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, Route, expect, sync_playwright
+from playwright.sync_api import Locator, Page, Route, expect
 
-from bench.harness import CHROMIUM, CHROMIUM_ARGS
-from tests.conftest import SECRET, Api, Solver
+from tests.conftest import SECRET, Api, Solver, needs_chromium
 
 LIVE_TIMEOUT_MS = 45_000
 # Runs until the file `params["release"]` exists (60 s at most), then answers 42.
@@ -21,37 +20,11 @@ GATED_SOLVER = (
     "    time.sleep(0.05)\n"
     'print(json.dumps({"answer": 42}))\n'
 )
-# Default for actions and expect(); generous, as CI machines may be busy.
-TIMEOUT_MS = 20_000
 
 pytestmark = [
     pytest.mark.usefixtures("session_worker"),
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
-    ),
+    needs_chromium,
 ]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Headless Debian Chromium, driven by Playwright (no downloaded browser)."""
-    expect.set_options(timeout=TIMEOUT_MS)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh browser context (so a fresh sessionStorage) per test."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    yield page
-    context.close()
 
 
 def sign_in(page: Page, api: Api, *, job_type: str | None = None, query: str = "") -> None:

@@ -16,10 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from bench.harness import CHROMIUM, CHROMIUM_ARGS
-from tests.conftest import PYTHON, ROOT, wait_until
+from tests.conftest import PYTHON, ROOT, needs_chromium, wait_until
 from worker.dev_stack import READY_LINE
 from worker.devserver import free_port, port_in_use
 
@@ -507,32 +506,6 @@ def test_a_second_ctrl_c_kills_everything_at_once(
 
 
 # -- the dashboard, as `make dev` leads to it ---------------------------------------
-
-# Default for actions and expect(); generous, as CI machines may be busy.
-BROWSER_TIMEOUT_MS = 20_000
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
-)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Headless Debian Chromium, driven by Playwright."""
-    expect.set_options(timeout=BROWSER_TIMEOUT_MS)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    """A fresh browser context (so a fresh sessionStorage) per test."""
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    yield context.new_page()
-    context.close()
 
 
 def dashboard_link(stack: DevStack) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import defaultdict
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import SECRET, Api, Solver
+from worker.hub_client import server_sent_events
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
@@ -31,24 +31,9 @@ class Sse:
 
 
 def read_events(response: httpx.Response) -> Iterator[Sse]:
-    """Parse an SSE body as it streams."""
-    event, event_id, data = "", "", ""
-    for line in response.iter_lines():
-        if line.startswith(":"):
-            continue
-        if not line:
-            if data:
-                yield Sse(event, event_id, json.loads(data))
-            event, event_id, data = "", "", ""
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "event":
-            event = value
-        elif name == "id":
-            event_id = value
-        elif name == "data":
-            data += value
+    """Parse an SSE body as it streams (with the CLI's parser)."""
+    for event, event_id, data in server_sent_events(response.iter_lines()):
+        yield Sse(event, event_id, data)
 
 
 @dataclass

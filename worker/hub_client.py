@@ -154,14 +154,14 @@ class HubClient:
                     self._check(response)
                 if on_open is not None:
                     on_open()
-                yield from _server_sent_events(response.iter_lines())
+                yield from server_sent_events(response.iter_lines())
         except httpx.HTTPError as err:
             raise HubUnreachableError(
                 f"event stream from {self._settings.base_url}: {err}"
             ) from err
 
 
-def _server_sent_events(lines: Iterator[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+def server_sent_events(lines: Iterator[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """Parse text/event-stream lines into (event, id, JSON data); comments are skipped."""
     name, event_id, data = "message", "", list[str]()
     for line in lines:
