@@ -6,10 +6,15 @@ import asyncio
 import hashlib
 import time
 import uuid
-from datetime import datetime, timedelta
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
 
 from temporalio.client import (
     Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -21,6 +26,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from api import visibility
 from api.settings import ApiSettings
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
@@ -48,6 +54,27 @@ from workflows.names import CANCEL_UPDATE, EVENTS_MEMO, JOB_QUERY, JOB_WORKFLOW
 from workflows.search_attributes import job_filter
 
 QUERY_TIMEOUT = timedelta(seconds=10)
+# The largest page of full jobs (each is one read); a larger `limit` is cut to this.
+LIST_LIMIT_MAX = 500
+# Closed jobs kept in memory once read (a closed run never changes): at most this many.
+CLOSED_CACHE_MAX = 2000
+
+
+class ListOrder(StrEnum):
+    """The orders `GET /api/jobs` offers."""
+
+    RECENT = "recent"
+    PRIORITY = "priority"
+
+
+@dataclass
+class JobList:
+    """A page of jobs and the token of the next one."""
+
+    jobs: list[Job]
+    next_page_token: str | None
+
+
 LIST_FETCH_CONCURRENCY = 16
 KNOWN_TYPES_TTL_S = 1.0
 SPEC_FIELDS = set(JobSpec.model_fields)
@@ -72,6 +99,8 @@ class JobService:
         self._temporal = temporal
         self._settings = settings
         self._solver_urls = solver_urls
+        self._tokens = visibility.PageTokens(settings.forge_ingest_secret)
+        self._closed: OrderedDict[tuple[str, str | None], Job] = OrderedDict()
         self._registered_types: set[str] = set()
         self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
 
@@ -163,27 +192,58 @@ class JobService:
             raise JobNotFound(job_id) from err
 
     async def list_jobs(
-        self, status: JobStatus | None, job_type: str | None, limit: int, offset: int
-    ) -> list[Job]:
-        """Jobs in the spec's claim order: priority desc, then created asc."""
-        rows: list[tuple[int, datetime, str]] = []
-        async for execution in self._client.list_workflows(
-            job_filter(status, job_type), limit=self._settings.list_scan_max
-        ):
-            priority = execution.typed_search_attributes.get(search_attributes.PRIORITY) or 0
-            rows.append((priority, execution.start_time, execution.id))
-        rows.sort(key=lambda row: (-row[0], row[1]))
-        page = [row[2] for row in rows[offset : offset + limit]]
+        self,
+        status: JobStatus | None,
+        job_type: str | None,
+        *,
+        limit: int,
+        offset: int = 0,
+        order: ListOrder = ListOrder.RECENT,
+        page_token: str | None = None,
+    ) -> JobList:
+        """One page of jobs, at a cost that grows with `offset + limit`, never with the
+        jobs behind them (api/visibility.py). `page_token` continues where the page
+        that gave it ended; `offset` then skips further."""
+        query = job_filter(status, job_type)
+        signed_for = f"{order.value}:{query}"
+        token = self._tokens.open(signed_for, page_token) if page_token else None
+        if order == ListOrder.RECENT:
+            rows = await visibility.recent(
+                self._client, query, offset=offset, limit=limit, token=token
+            )
+            after = rows.next_token
+        else:
+            start = offset + (int(token) if token and token.isdigit() else 0)
+            rows = await visibility.by_priority(
+                self._client, query, offset=start, limit=limit, thresholds=self._settings.thresholds
+            )
+            after = str(rows.next_offset).encode() if rows.next_offset is not None else None
+        jobs = await self._read_all(rows.executions)
+        return JobList(jobs, self._tokens.seal(signed_for, after) if after else None)
+
+    async def _read_all(self, executions: list[WorkflowExecution]) -> list[Job]:
+        """Each listed job in full, in order; a closed one from the cache once read (a
+        closed run never changes), an open one asked of its workflow."""
         gate = asyncio.Semaphore(LIST_FETCH_CONCURRENCY)
 
-        async def fetch(job_id: str) -> Job | None:
+        async def read(execution: WorkflowExecution) -> Job | None:
+            key = (execution.id, execution.run_id)
+            closed = execution.status not in (None, WorkflowExecutionStatus.RUNNING)
+            if closed and (cached := self._closed.get(key)) is not None:
+                self._closed.move_to_end(key)
+                return cached
             async with gate:
                 try:
-                    return await self.get(job_id)
+                    job = await self.get(execution.id)
                 except JobNotFound:
                     return None
+            if closed:
+                self._closed[key] = job
+                while len(self._closed) > CLOSED_CACHE_MAX:
+                    self._closed.popitem(last=False)
+            return job
 
-        jobs = await asyncio.gather(*(fetch(job_id) for job_id in page))
+        jobs = await asyncio.gather(*(read(execution) for execution in executions))
         return [job for job in jobs if job is not None]
 
     # -- cancel --------------------------------------------------------------------

@@ -79,7 +79,7 @@ def create_app(
         app.state.services = Services(
             client=client,
             jobs=job_service,
-            views=JobViews(client, settings.forge_ingest_secret),
+            views=JobViews(client, settings.forge_ingest_secret, settings.metrics_cache_ms),
             bridge=Bridge(client, temporal, job_service),
             workers=WorkerDirectory(client, temporal, settings.heartbeat_timeout_s),
             feed=feed,

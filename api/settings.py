@@ -27,7 +27,11 @@ class ApiSettings(BaseSettings):
     priority_thresholds: str = Field(
         default=DEFAULT_PRIORITY_THRESHOLDS, validation_alias="JOB_PRIORITY_THRESHOLDS"
     )
-    list_scan_max: int = Field(default=10_000, validation_alias="API_LIST_SCAN_MAX")
+    # Counts and the oldest pending age (dashboard chips, /metrics) are reused this long:
+    # N scrapers within it cost one set of visibility calls. 0: no cache.
+    metrics_cache_ms: int = Field(
+        default=2000, ge=0, le=600_000, validation_alias="METRICS_CACHE_MS"
+    )
     events_require_token: bool = Field(default=False, validation_alias="EVENTS_REQUIRE_TOKEN")
     events_poll_ms: int = Field(default=100, ge=10, le=10_000, validation_alias="EVENTS_POLL_MS")
     events_settle_ms: int = Field(default=150, ge=0, le=60_000, validation_alias="EVENTS_SETTLE_MS")

@@ -498,7 +498,8 @@ def test_a_body_just_under_the_limit_is_read_and_validated(small_api: httpx.Clie
         ({"type": "has space"}, "type"),
         ({"type": "a'b"}, "type"),
         ({"limit": 0}, "limit"),
-        ({"limit": 501}, "limit"),
+        ({"order": "oldest"}, "order"),
+        ({"page_token": "x" * 4097}, "page_token"),
         ({"limit": "ten"}, "limit"),
         ({"offset": -1}, "offset"),
         ({"offset": 100_001}, "offset"),
@@ -517,10 +518,10 @@ def list_ids(client: httpx.Client, **query: Any) -> list[str]:
     return [job["id"] for job in response.json()]
 
 
-def test_jobs_are_listed_by_priority_descending_then_oldest_first(
+def test_jobs_are_listed_by_priority_descending_then_oldest_first_on_request(
     quiet: httpx.Client, quiet_type: str
 ) -> None:
-    priorities = [0, 5, -3, 5, 10, 0, -3]
+    priorities = [0, 5, -3, 5, 10, 0, -3, 250_000, -40]
     ids = []
     for priority in priorities:
         response = quiet.post("/api/jobs", json={"type": quiet_type, "priority": priority})
@@ -529,15 +530,63 @@ def test_jobs_are_listed_by_priority_descending_then_oldest_first(
     expected = [ids[i] for i in sorted(range(len(ids)), key=lambda i: (-priorities[i], i))]
 
     def all_listed() -> list[str] | None:
-        found = list_ids(quiet, type=quiet_type)
+        found = list_ids(quiet, type=quiet_type, order="priority")
         return found if len(found) == len(ids) else None
 
     listed = wait_until(all_listed, what="every job to be listed")
 
     assert listed == expected
-    assert list_ids(quiet, type=quiet_type, limit=3) == expected[:3]
-    assert list_ids(quiet, type=quiet_type, limit=2, offset=4) == expected[4:6]
-    assert list_ids(quiet, type=quiet_type, offset=len(ids)) == []
+    by_priority = {"type": quiet_type, "order": "priority"}
+    assert list_ids(quiet, **by_priority, limit=3) == expected[:3]
+    assert list_ids(quiet, **by_priority, limit=2, offset=4) == expected[4:6]
+    assert list_ids(quiet, **by_priority, offset=len(ids)) == []
+    assert walk(quiet, **by_priority, limit=4) == expected
+
+
+def walk(client: httpx.Client, **query: Any) -> list[str]:
+    """Every id of a listing, following its `Link: rel="next"` headers."""
+    seen: list[str] = []
+    response = client.get("/api/jobs", params=query)
+    while True:
+        assert response.status_code == 200, response.text
+        seen += [job["id"] for job in response.json()]
+        link = response.headers.get("link")
+        if link is None:
+            assert "next-page-token" not in response.headers
+            return seen
+        assert response.headers["next-page-token"] in link
+        response = client.get(link.removeprefix("<").split(">;")[0])
+
+
+def test_jobs_are_listed_newest_first_and_walked_page_by_page(
+    quiet: httpx.Client, quiet_type: str
+) -> None:
+    ids = [quiet.post("/api/jobs", json={"type": quiet_type}).json()["id"] for _ in range(5)]
+    newest_first = ids[::-1]
+
+    wait_until(lambda: list_ids(quiet, type=quiet_type) == newest_first, what="all listed")
+
+    assert walk(quiet, type=quiet_type, limit=2) == newest_first
+    assert list_ids(quiet, type=quiet_type, limit=2, offset=3) == newest_first[3:]
+    first = quiet.get("/api/jobs", params={"type": quiet_type, "limit": 2})
+    token = first.headers["next-page-token"]
+    after = {"type": quiet_type, "limit": 2, "page_token": token}
+    assert list_ids(quiet, **after) == newest_first[2:4]
+    assert list_ids(quiet, **after, offset=1) == newest_first[3:5]
+    other = {"type": f"{quiet_type}-other", "page_token": token}
+    assert "page_token" in error_of(quiet.get("/api/jobs", params=other), 422)
+    by_priority = {"type": quiet_type, "order": "priority", "page_token": token}
+    assert "page_token" in error_of(quiet.get("/api/jobs", params=by_priority), 422)
+
+
+def test_a_limit_above_the_maximum_is_cut_to_it(quiet: httpx.Client, quiet_type: str) -> None:
+    quiet.post("/api/jobs", json={"type": quiet_type})
+    wait_until(lambda: list_ids(quiet, type=quiet_type), what="the job listed")
+
+    response = quiet.get("/api/jobs", params={"type": quiet_type, "limit": 1000})
+
+    assert response.status_code == 200, response.text
+    assert len(response.json()) == 1
 
 
 def test_job_pages_cover_every_job_once_and_take_back_only_their_own_tokens(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Response, status
+from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.deps import Authorized, JobsDep, MetricsDep
+from api.job_service import LIST_LIMIT_MAX, ListOrder
 from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
@@ -59,16 +60,51 @@ async def submit_job(
     return Submitted(id=job.id, status=job.status)
 
 
-@router.get("", response_model=list[Job])
+@router.get(
+    "",
+    response_model=list[Job],
+    responses={
+        200: {
+            "description": "A page of jobs; `Next-Page-Token` and `Link: rel=next` name the next",
+            "headers": {
+                "Next-Page-Token": {"schema": {"type": "string"}},
+                "Link": {"schema": {"type": "string"}},
+            },
+        }
+    },
+)
 async def list_jobs(
+    request: Request,
+    response: Response,
     jobs: JobsDep,
     status: JobStatus | None = None,
     type: Annotated[str | None, Query(pattern=TYPE_PATTERN)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[
+        int, Query(ge=1, description=f"Page size; above {LIST_LIMIT_MAX} it is cut to it")
+    ] = 50,
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    order: ListOrder = ListOrder.RECENT,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> list[Job]:
-    """Jobs, highest priority first, then oldest first (the claim order)."""
-    return await jobs.list_jobs(status, type, limit, offset)
+    """A page of jobs. `order=recent` (the default): open jobs newest first, then
+    closed ones most recently closed first, visibility's own order. `order=priority`:
+    priority descending, then oldest first (the claim order), found with counts. Either
+    costs O(offset + limit) whatever the number of jobs."""
+    listed = await jobs.list_jobs(
+        status,
+        type,
+        limit=min(limit, LIST_LIMIT_MAX),
+        offset=offset,
+        order=order,
+        page_token=page_token,
+    )
+    if listed.next_page_token:
+        following = request.url.remove_query_params("offset").include_query_params(
+            page_token=listed.next_page_token
+        )
+        response.headers["Next-Page-Token"] = listed.next_page_token
+        response.headers["Link"] = f'<{following}>; rel="next"'
+    return listed.jobs
 
 
 @router.get("/{job_id:job_id}", response_model=Job)

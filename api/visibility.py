@@ -1,0 +1,222 @@
+"""Ordered reads from Temporal visibility that cost O(page), never O(jobs).
+
+SQL visibility (the dev server's SQLite, PostgreSQL, MySQL) has no ORDER BY: a listing
+comes in its own order, open executions first (newest started first), then closed ones
+(most recently closed first), and a count is cheap. So:
+
+- the *recent* order is visibility's own: one listing of `offset + limit` rows, in
+  pages of at most `MAX_PAGE`; the cost grows with the offset, not with the jobs;
+- the *priority* order (priority descending, then oldest first: the claim order) is
+  found with counts: split the priority range into buckets, count each, descend only
+  into the buckets that hold the page, and inside one priority find the oldest rows by
+  splitting start times the same way. Each round is a handful of counts made at once.
+
+Page tokens are Temporal's own, signed for their query (`PageTokens`), so the API takes
+back only tokens it issued for the same query, without asking Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from temporalio.client import Client, WorkflowExecution
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows import search_attributes
+from workflows.errors import InvalidField
+from workflows.models import PRIORITY_LIMIT
+
+# Temporal's largest visibility page (frontend.visibilityMaxPageSize, default 1000).
+MAX_PAGE = 1000
+# A priority (or start-time) range is split into this many parts per round of counts.
+FANOUT = 8
+# Rows of one priority listed whole, and sorted here, rather than narrowed by counts.
+SMALL_GROUP = 200
+# How far back the oldest job is looked for when narrowing by start time.
+HORIZON_S = 30 * 24 * 3600
+
+
+class PageTokens:
+    """Temporal's page tokens, signed for one query: this API takes back only its own.
+
+    Checked here, not by Temporal: Temporal answers a token it cannot parse with
+    `UNKNOWN`, which the client retries for its whole retry budget before the 422.
+    """
+
+    MAC_BYTES = 16
+
+    def __init__(self, secret: str) -> None:
+        self._secret = secret.encode()
+
+    def seal(self, query: str, token: bytes) -> str:
+        """`token` as an opaque string, good for `query` only."""
+        return base64.urlsafe_b64encode(self._mac(query, token) + token).decode()
+
+    def open(self, query: str, page_token: str) -> bytes:
+        """The token inside `page_token`, if this API issued it for `query`."""
+        try:
+            sealed = base64.urlsafe_b64decode(page_token.encode())
+        except (binascii.Error, ValueError):
+            sealed = b""
+        mac, token = sealed[: self.MAC_BYTES], sealed[self.MAC_BYTES :]
+        if not token or not hmac.compare_digest(mac, self._mac(query, token)):
+            raise InvalidField("page_token", "not a token from this API for this query")
+        return token
+
+    def _mac(self, query: str, token: bytes) -> bytes:
+        message = b"page:" + query.encode() + b"\0" + token
+        return hmac.new(self._secret, message, hashlib.sha256).digest()[: self.MAC_BYTES]
+
+
+@dataclass
+class Rows:
+    """Executions in the order asked for, and where the next page starts (a Temporal
+    page token for the recent order, an offset for the priority order)."""
+
+    executions: list[WorkflowExecution]
+    next_token: bytes | None = None
+    next_offset: int | None = None
+
+
+async def recent(
+    client: Client, query: str, *, offset: int, limit: int, token: bytes | None = None
+) -> Rows:
+    """Rows `offset` to `offset + limit` in visibility's own order, after `token`."""
+    rows: list[WorkflowExecution] = []
+    need = offset + limit
+    while len(rows) < need:
+        # The last page is cut to size, so its token points just past the rows returned.
+        iterator = client.list_workflows(
+            query, page_size=min(MAX_PAGE, need - len(rows)), next_page_token=token
+        )
+        try:
+            await iterator.fetch_next_page()
+        except RPCError as err:
+            # A token this API issued that Temporal no longer takes: start again.
+            if token and err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
+                raise InvalidField("page_token", "expired, start again without it") from err
+            raise
+        rows += iterator.current_page or []
+        token = iterator.next_page_token
+        if not token:
+            break
+    return Rows(rows[offset:need], next_token=token if len(rows) >= need else None)
+
+
+async def count(client: Client, query: str) -> int:
+    """How many executions match."""
+    return (await client.count_workflows(query)).count
+
+
+def _priority_between(low: int, high: int) -> str:
+    name = search_attributes.PRIORITY.name
+    return f"{name} = {low}" if low == high else f"{name} BETWEEN {low} AND {high}"
+
+
+def _split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
+    """[low, high] as up to `parts` ranges, highest first."""
+    size = -(-(high - low + 1) // parts)
+    return [(max(start - size + 1, low), start) for start in range(high, low - 1, -size)]
+
+
+def _buckets(thresholds: Sequence[int]) -> list[tuple[int, int]]:
+    """The priority keys' ranges, highest first: the first split of the range."""
+    bounds = [PRIORITY_LIMIT + 1, *thresholds, -PRIORITY_LIMIT]
+    ranges = [(low, high - 1) for high, low in itertools.pairwise(bounds)]
+    return [r for r in ranges if r[0] <= r[1]]
+
+
+async def by_priority(
+    client: Client, query: str, *, offset: int, limit: int, thresholds: Sequence[int]
+) -> Rows:
+    """Rows `offset` to `offset + limit` by priority descending, then oldest first."""
+    start, end = offset, offset + limit
+    position = 0  # rows of higher priority than the ranges still to look at
+    pending = _buckets(thresholds)
+    counted = await _counts(client, query, pending)
+    picked: list[WorkflowExecution] = []
+    while pending and position < end:
+        low, high = pending.pop(0)
+        n = counted.pop(0)
+        if n == 0:
+            continue
+        if position + n <= start:
+            position += n  # wholly before the page: skipped for the price of a count
+            continue
+        if low != high:
+            parts = _split(low, high, FANOUT)
+            pending[:0] = parts
+            counted[:0] = await _counts(client, query, parts)
+            continue
+        group = f"{query} AND {_priority_between(low, low)}"
+        first, last = max(start - position, 0), min(end - position, n)
+        picked += await _oldest(client, group, n, first, last)
+        position += n
+    more = position > end or any(counted)
+    return Rows(picked, next_offset=end if more else None)
+
+
+async def _counts(client: Client, query: str, ranges: list[tuple[int, int]]) -> list[int]:
+    return list(
+        await asyncio.gather(
+            *(count(client, f"{query} AND {_priority_between(lo, hi)}") for lo, hi in ranges)
+        )
+    )
+
+
+async def _oldest(
+    client: Client, query: str, n: int, first: int, last: int
+) -> list[WorkflowExecution]:
+    """Rows `first` to `last` of the `n` matching `query`, oldest started first."""
+    if n > SMALL_GROUP:
+        # Narrow to the `last` oldest by start time: a cut-off every row before which
+        # is among them, found by counts.
+        cutoff = await _start_cutoff(client, query, last, slack=SMALL_GROUP, resolution_s=0.001)
+        query = f"{query} AND StartTime <= '{_iso(cutoff)}'"
+        n = await count(client, query)
+    rows = (await recent(client, query, offset=0, limit=n)).executions
+    rows.sort(key=lambda e: (e.start_time, e.id))
+    return rows[first:last]
+
+
+async def _start_cutoff(
+    client: Client, query: str, wanted: int, *, slack: int, resolution_s: float
+) -> float:
+    """A start time (s) by which at least `wanted` matching rows started, and fewer than
+    `wanted + slack` (or within `resolution_s` of the earliest such time)."""
+    low, high = time.time() - HORIZON_S, time.time() + 1
+    while high - low > resolution_s:
+        marks = [low + (high - low) * (i + 1) / FANOUT for i in range(FANOUT)]
+        found = await asyncio.gather(
+            *(count(client, f"{query} AND StartTime <= '{_iso(m)}'") for m in marks)
+        )
+        enough = next((i for i, c in enumerate(found) if c >= wanted), len(marks) - 1)
+        low, high = (marks[enough - 1] if enough else low), marks[enough]
+        if found[enough] - wanted < slack:
+            break
+    return high
+
+
+async def oldest_start(client: Client, query: str) -> float | None:
+    """When the oldest matching execution started (s, to a second); None if none.
+    One older than the horizon reads as the horizon."""
+    if await count(client, query) == 0:
+        return None
+    return await _start_cutoff(client, query, 1, slack=0, resolution_s=1.0)
+
+
+def _iso(seconds: float) -> str:
+    return (
+        datetime.fromtimestamp(seconds, UTC)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
