@@ -554,8 +554,9 @@ def walk(client: httpx.Client, **query: Any) -> list[str]:
         if link is None:
             assert "next-page-token" not in response.headers
             return seen
-        assert response.headers["next-page-token"] in link
-        response = client.get(link.removeprefix("<").split(">;")[0])
+        following = httpx.URL(link.removeprefix("<").split(">;")[0])
+        assert following.params["page_token"] == response.headers["next-page-token"]
+        response = client.get(str(following))
 
 
 def test_jobs_are_listed_newest_first_and_walked_page_by_page(
