@@ -1,0 +1,164 @@
+"""Ordered reads from visibility (api/visibility.py) against the real dev server.
+
+The executions are workflows of a fresh type that no worker runs: visibility records
+them with the search attributes they start with, which is all these reads look at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from api import visibility
+from tests.conftest import wait_until_async
+from worker.devserver import DevServer
+from workflows import search_attributes
+
+THRESHOLDS = (10, 1, 0, -9)
+
+
+@dataclass
+class Probe:
+    """Started executions of one fresh workflow type, oldest first."""
+
+    client: Client
+    query: str
+    ids: list[str]
+    priorities: list[int]
+
+    def by_priority(self) -> list[str]:
+        """The ids in the claim order: priority descending, then oldest first."""
+        order = sorted(range(len(self.ids)), key=lambda i: (-self.priorities[i], i))
+        return [self.ids[i] for i in order]
+
+
+@pytest.fixture
+async def client(temporal: DevServer) -> Client:
+    """A client of the session's dev server."""
+    return await Client.connect(temporal.address)
+
+
+async def start_probe(client: Client, priorities: list[int]) -> Probe:
+    """Start one execution per priority, one after the other, and wait until
+    visibility shows them all."""
+    kind = f"probe-{uuid.uuid4().hex[:8]}"
+    ids = []
+    for priority in priorities:
+        workflow_id = f"{kind}-{len(ids)}"
+        await client.start_workflow(
+            kind,
+            id=workflow_id,
+            task_queue=f"{kind}-nobody",
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(search_attributes.PRIORITY, priority)]
+            ),
+        )
+        ids.append(workflow_id)
+    query = f"WorkflowType = '{kind}'"
+
+    async def all_visible() -> bool:
+        return await visibility.count(client, query) == len(ids)
+
+    await wait_until_async(all_visible, what="every probe visible")
+    return Probe(client, query, ids, priorities)
+
+
+@pytest.fixture
+async def probes(client: Client) -> AsyncIterator[list[Probe]]:
+    """Probes made by a test, terminated after it."""
+    made: list[Probe] = []
+    yield made
+    await asyncio.gather(
+        *(
+            client.get_workflow_handle(workflow_id).terminate()
+            for probe in made
+            for workflow_id in probe.ids
+        ),
+        return_exceptions=True,
+    )
+
+
+async def ids_by_priority(probe: Probe, offset: int, limit: int) -> list[str]:
+    rows = await visibility.by_priority(
+        probe.client, probe.query, offset=offset, limit=limit, thresholds=THRESHOLDS
+    )
+    return [execution.id for execution in rows.executions]
+
+
+async def test_priority_order_spans_buckets_values_and_pages(
+    client: Client, probes: list[Probe]
+) -> None:
+    priorities = [0, 5, -3, 5, 10, 0, -3, 250_000, -40, 1, 9, -1_000_000, 1_000_000, 0]
+    probe = await start_probe(client, priorities)
+    probes.append(probe)
+    expected = probe.by_priority()
+
+    assert await ids_by_priority(probe, 0, len(expected) + 5) == expected
+    for offset in range(0, len(expected), 3):
+        assert await ids_by_priority(probe, offset, 3) == expected[offset : offset + 3]
+    rows = await visibility.by_priority(
+        client, probe.query, offset=len(expected) - 2, limit=2, thresholds=THRESHOLDS
+    )
+    assert rows.next_offset is None
+    rows = await visibility.by_priority(
+        client, probe.query, offset=0, limit=2, thresholds=THRESHOLDS
+    )
+    assert rows.next_offset == 2
+
+
+async def test_a_priority_larger_than_a_small_group_is_narrowed_by_start_time(
+    client: Client, probes: list[Probe], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(visibility, "SMALL_GROUP", 4)
+    probe = await start_probe(client, [0] * 30 + [3, 3])
+    probes.append(probe)
+    expected = probe.by_priority()
+
+    assert await ids_by_priority(probe, 0, 5) == expected[:5]
+    assert await ids_by_priority(probe, 12, 6) == expected[12:18]
+    assert await ids_by_priority(probe, 29, 10) == expected[29:]
+
+
+async def test_recent_order_pages_with_offsets_and_tokens(
+    client: Client, probes: list[Probe], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(visibility, "MAX_PAGE", 3)  # several pages per read
+    probe = await start_probe(client, [0] * 8)
+    probes.append(probe)
+    newest_first = probe.ids[::-1]
+
+    first = await visibility.recent(client, probe.query, offset=2, limit=4)
+    assert [e.id for e in first.executions] == newest_first[2:6]
+    assert first.next_token is not None
+    rest = await visibility.recent(client, probe.query, offset=0, limit=10, token=first.next_token)
+    assert [e.id for e in rest.executions] == newest_first[6:]
+    assert rest.next_token is None
+
+
+async def test_the_oldest_start_is_found_to_a_second(client: Client, probes: list[Probe]) -> None:
+    before = time.time()
+    probe = await start_probe(client, [0, 0, 0])
+    probes.append(probe)
+
+    oldest = await visibility.oldest_start(client, probe.query)
+
+    assert oldest is not None
+    assert before - 1.5 <= oldest <= time.time() + 1.5
+    assert await visibility.oldest_start(client, "WorkflowType = 'no-such-type'") is None
+
+
+def test_a_page_token_is_taken_back_only_for_its_own_query() -> None:
+    tokens = visibility.PageTokens("secret")
+    sealed = tokens.seal("query a", b"temporal-token")
+
+    assert tokens.open("query a", sealed) == b"temporal-token"
+    for query, token in (("query b", sealed), ("query a", sealed + "x"), ("query a", "%%")):
+        with pytest.raises(Exception, match="page_token"):
+            tokens.open(query, token)
