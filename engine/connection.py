@@ -13,6 +13,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RetryConfig, TLSConfig
 
+from engine.tracing import client_interceptors
+
 
 def _env(name: str, standard: str) -> AliasChoices:
     """`TEMPORAL_<name>`, or the name Temporal's own CLI and SDK env config read."""
@@ -90,7 +92,9 @@ async def connect(
     with an API key when the settings say so (`TemporalSettings.tls_config`).
 
     `retry_ms` bounds how long a call retries an unreachable server (the SDK's default
-    is about 10 s). An unreadable TLS file raises OSError naming it.
+    is about 10 s). An unreadable TLS file raises OSError naming it. With
+    `OTEL_EXPORTER_OTLP_ENDPOINT` set, the client (and every worker built from it)
+    traces through Temporal's `TracingInterceptor` (engine/tracing.py).
     """
     retry = RetryConfig() if retry_ms is None else RetryConfig(max_elapsed_time_millis=retry_ms)
     return await Client.connect(
@@ -103,6 +107,7 @@ async def connect(
         lazy=lazy,
         runtime=runtime,
         retry_config=retry,
+        interceptors=client_interceptors(),
     )
 
 

@@ -16,6 +16,7 @@ from activities.attempt import JobActivities, RunnerConfig
 from engine.clock import now_ms
 from engine.connection import TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_seen
+from engine.tracing import start_tracing
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.job_workflow import JobWorkflow
 from workflows.models import WorkerInfo
@@ -26,10 +27,13 @@ log = logging.getLogger("jobforge.worker")
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandbox, with jobforge's pure model modules passed through."""
+    """The sandbox, with jobforge's pure model modules passed through, and OpenTelemetry
+    as the SDK's own tracing plugin passes it: workflow code that imports it shares the
+    process's context, not a copy per run. Temporal's TracingInterceptor works without
+    it (engine/tracing.py); no workflow imports it today, so it costs nothing."""
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "pydantic", "pydantic_core", "workflows"
+            "pydantic", "pydantic_core", "workflows", "opentelemetry"
         )
     )
 
@@ -198,5 +202,6 @@ async def serve(
     install_stop_handlers(stop)
     quiet_attempt_failures()
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
+    start_tracing("jobforge-worker")
     client = await connect(temporal, identity=settings.node_id, runtime=runtime)
     await NativeWorker(client, temporal, settings, solver).run(stop)
