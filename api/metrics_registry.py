@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from temporalio.client import Client
 
 from api.event_feed import JobEvent
 from api.job_views import JobViews
+from api.task_queue_stats import Backlogs, TaskQueueMetricsSettings, TaskQueueStats
+from engine.connection import TemporalSettings
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+QUEUE_LABELS = ["task_queue", "kind", "job_type"]
 
 
 class Metrics:
-    """Counters the API sees itself, plus gauges read from visibility at scrape time.
+    """Counters the API sees itself, plus gauges read from Temporal at scrape time.
 
     Event counters come from this process's event feed, which sees every job's
     transitions (so each API replica reports the same totals; aggregate with max).
+    The scrape-time gauges (visibility counts, the oldest pending job, task queue
+    backlogs) cost a bounded number of calls, cached `METRICS_CACHE_MS`.
     """
 
     def __init__(self) -> None:
@@ -25,6 +33,23 @@ class Metrics:
         )
         self.oldest_pending = Gauge(
             "jobforge_oldest_pending_age_seconds", "Age of the oldest pending job", registry=r
+        )
+        self.backlog = Gauge(
+            "jobforge_task_queue_backlog",
+            "Tasks waiting in a task queue (Temporal's approximate backlog count)",
+            QUEUE_LABELS,
+            registry=r,
+        )
+        self.backlog_age = Gauge(
+            "jobforge_task_queue_backlog_age_seconds",
+            "How long the oldest task in a task queue's backlog has waited",
+            QUEUE_LABELS,
+            registry=r,
+        )
+        self.unreported_types = Gauge(
+            "jobforge_task_queue_types_unreported",
+            "Job types whose queues are not described (over METRICS_TASK_QUEUE_TYPES_MAX)",
+            registry=r,
         )
         self.submissions = Counter(
             "jobforge_submissions", "Jobs submitted through this API process", registry=r
@@ -41,6 +66,11 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self._task_queues: TaskQueueStats | None = None
+
+    def watch_task_queues(self, client: Client, temporal: TemporalSettings, cache_ms: int) -> None:
+        """Report the task queues' backlogs from now on (settings `METRICS_TASK_QUEUE_*`)."""
+        self._task_queues = TaskQueueStats(client, temporal, TaskQueueMetricsSettings(), cache_ms)
 
     def observe(self, event: JobEvent) -> None:
         """Count one transition from the feed."""
@@ -49,8 +79,28 @@ class Metrics:
             self.claim_latency.observe(max(event.ts - event.created_at, 0) / 1000)
 
     async def render(self, views: JobViews) -> bytes:
-        """Refresh the visibility gauges and render the text format."""
-        for status, count in (await views.counts(None)).items():
+        """Refresh the scrape-time gauges (their calls made at once) and render the
+        text format."""
+        counts, oldest, backlogs = await asyncio.gather(
+            views.counts(None), views.oldest_pending_age_s(), self._backlogs()
+        )
+        for status, count in counts.items():
             self.jobs.labels(status).set(count)
-        self.oldest_pending.set(await views.oldest_pending_age_s())
+        self.oldest_pending.set(oldest)
+        if backlogs is not None:
+            self._set_backlogs(backlogs)
         return generate_latest(self.registry)
+
+    async def _backlogs(self) -> Backlogs | None:
+        return None if self._task_queues is None else await self._task_queues.backlogs()
+
+    def _set_backlogs(self, backlogs: Backlogs) -> None:
+        # Only the queues of this refresh: a type over the cap, or a queue whose describe
+        # failed, has no series rather than a stale one.
+        self.backlog.clear()
+        self.backlog_age.clear()
+        for queue in backlogs.queues:
+            labels = (queue.task_queue, queue.kind.value, queue.job_type)
+            self.backlog.labels(*labels).set(queue.backlog)
+            self.backlog_age.labels(*labels).set(queue.age_s)
+        self.unreported_types.set(backlogs.unreported_types)
