@@ -26,6 +26,7 @@ from api.settings import ApiSettings
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
 from engine.solver_urls import SolverUrlSettings
+from engine.tracing import start_tracing
 
 log = logging.getLogger("jobforge.api")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -84,6 +85,7 @@ def create_app(
             workers=WorkerDirectory(client, temporal, settings.heartbeat_timeout_s),
             feed=feed,
         )
+        registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
         yield
         await feed.stop()
 
@@ -108,4 +110,10 @@ def create_app(
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=settings.max_body_bytes)
     app.add_middleware(DeclaredBodyLimit, max_bytes=settings.max_body_bytes)
     openapi.document(app)
+    if start_tracing("jobforge-api"):
+        # Imported only when tracing is on, like the SDK (engine/tracing.py).
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        # One server span per request: none per body chunk or SSE message.
+        FastAPIInstrumentor.instrument_app(app, exclude_spans=["receive", "send"])
     return app
