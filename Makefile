@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint bench faults clean browser compose-tools
+.PHONY: dev test lint bench faults clean debian-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -15,21 +15,22 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 	$(BIN)/jobforge dev $(ARGS)
 
-# The dashboard tests drive Debian's Chromium; as root, install it when missing.
-browser:
-	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	@command -v chromium >/dev/null || echo "chromium is missing: the dashboard tests will be skipped (apt-get install chromium)"
+# Debian packages the tests drive: Chromium (the dashboard tests) and docker-compose
+# (tests/test_compose.py validates docker-compose.yml; no Docker engine needed). As root,
+# the missing ones are installed with one apt-get run; otherwise their tests skip.
+DEBIAN_TOOLS := chromium docker-compose
+debian-tools:
+	@missing=; for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null || echo "$$tool is missing: its tests will be skipped (apt-get install $$tool)"; done
 
-# tests/test_compose.py validates docker-compose.yml with Debian's docker-compose (no
-# Docker engine needed); as root, install it when missing.
-compose-tools:
-	@command -v docker-compose >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
-	@command -v docker-compose >/dev/null || echo "docker-compose is missing: the compose validation will be skipped (apt-get install docker-compose)"
-
-test: $(STAMP) browser compose-tools
+# Three test processes (pytest-xdist), a file each at a time: most tests wait on
+# processes and timeouts, so they overlap well on two cores.
+test: $(STAMP) debian-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 3 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -1,6 +1,6 @@
 """docker-compose.yml and the Dockerfile, checked without a Docker engine.
 
-`docker-compose config` (Debian's docker-compose package; `make compose-tools`
+`docker-compose config` (Debian's docker-compose package; `make debian-tools`
 installs it) validates the file against the compose schema and resolves it. The rest
 is read in Python: every pulled image is pinned to a version, every variable given to
 a jobforge container is one a jobforge settings class reads (found by introspecting
@@ -126,7 +126,7 @@ def compose_command() -> list[str]:
         return [docker, "compose"]
     pytest.skip(
         "neither docker-compose nor the docker compose plugin is installed, and `make "
-        "compose-tools` could not install it (not root, or no apt): compose file not validated"
+        "debian-tools` could not install it (not root, or no apt): compose file not validated"
     )
 
 

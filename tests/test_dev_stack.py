@@ -20,7 +20,7 @@ from playwright.sync_api import Page, expect
 
 from tests.conftest import PYTHON, ROOT, needs_chromium, wait_until
 from worker.dev_stack import READY_LINE
-from worker.devserver import free_port, port_in_use
+from worker.devserver import free_port
 
 SECRET = "dev-stack-secret"
 KEPT_SECRET = "the-kept-secret\n"
@@ -326,9 +326,9 @@ def test_ctrl_c_stops_the_temporal_server_the_api_and_the_worker(
     code = stack.interrupt()
 
     assert code == 0, stack.output()
+    # No process of the stack is left, so none holds its ports or its SQLite file. (The
+    # ports themselves are not checked: under parallel tests another test may take one.)
     wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
-    for port in (stack.api_port, stack.temporal_port, stack.ui_port):
-        assert not port_in_use(port), port
 
 
 def test_sigterm_to_dev_alone_stops_everything_too(
@@ -458,9 +458,9 @@ def test_a_sigkilled_dev_takes_the_temporal_server_the_api_and_the_worker_with_i
     stack.process.kill()  # no chance to clean up: an OOM kill, a closed terminal
     stack.process.wait()
 
+    # No process of the stack is left, so none holds its ports or its SQLite file. (The
+    # ports themselves are not checked: under parallel tests another test may take one.)
     wait_until(lambda: not stack.leftovers(), timeout=30, what="no leftover processes")
-    for port in (stack.api_port, stack.temporal_port, stack.ui_port):
-        assert not port_in_use(port), port
 
 
 # A solver that ignores SIGTERM: the worker's shutdown would wait its whole grace for it.

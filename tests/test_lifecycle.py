@@ -46,53 +46,6 @@ async def test_a_job_completes_with_its_result_and_hash(
     assert await temporal_status(temporal, job_id) == WorkflowExecutionStatus.COMPLETED
 
 
-async def test_a_solver_that_fails_twice_then_succeeds_completes_with_two_failures_recorded(
-    api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
-) -> None:
-    counter = tmp_path / "runs"
-    solver = make_solver(
-        """
-        path = params["counter"]
-        runs = int(open(path).read()) + 1 if os.path.exists(path) else 1
-        open(path, "w").write(str(runs))
-        if runs < 3:
-            sys.stderr.write(f"run {runs} fails\\n")
-            sys.exit(7)
-        print("ok")
-        """
-    )
-    job_id = api.submit(**solver.spec(job_type, params={"counter": str(counter)}, max_attempts=3))
-
-    job = api.wait_status(job_id, "completed")
-
-    assert job["attempts"] == 3
-    assert job["result"] == "ok\n"
-    assert [f["worker_id"] for f in job["fail_history"]] == ["session-worker"] * 2
-    assert all("exited with code 7" in f["reason"] for f in job["fail_history"])
-    assert statuses(job) == [
-        "pending",
-        *["assigned", "running", "failed", "pending"] * 2,
-        "assigned",
-        "running",
-        "completed",
-    ]
-
-
-async def test_a_job_that_always_fails_is_quarantined_after_max_attempts(
-    api: Api, job_type: str, make_solver: Callable[[str], Solver], temporal: DevServer
-) -> None:
-    solver = make_solver('sys.stderr.write("boom\\n"); sys.exit(1)\n')
-    job_id = api.submit(**solver.spec(job_type, max_attempts=2))
-
-    job = api.wait_status(job_id, "quarantined")
-
-    assert job["attempts"] == 2
-    assert len(job["fail_history"]) == 2
-    assert job["fail_reason"].startswith("solver_exit")
-    assert job["log_tail"] == "boom\n"
-    assert await temporal_status(temporal, job_id) == WorkflowExecutionStatus.FAILED
-
-
 def test_each_failed_attempt_is_one_log_line_without_a_traceback(
     api: Api, job_type: str, make_solver: Callable[[str], Solver], session_worker: Proc
 ) -> None:
