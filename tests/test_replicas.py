@@ -1,0 +1,380 @@
+"""Two API replicas and two workers against one dev server: one truth.
+
+Each test runs a stack of its own (`start_stack`: replica 1 and a workflow worker on
+private task queues), a second API process on the same queues (replica 2) and two
+activity workers, node-a and node-b, of one core each. Jobs submitted through either
+replica run, list, count, read and stream identically through both; a replica killed
+in the middle of a stream is resumed on the other with `Last-Event-ID`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Api, Solver, Stack, wait_until
+from worker.hub_client import server_sent_events
+
+LIFE = ["job:created", "job:assigned", "job:running", "job:completed"]
+NODES = {"node-a", "node-b"}
+# Counts read uncached, so both replicas answer from visibility when asked.
+UNCACHED = {"METRICS_CACHE_MS": "0"}
+# Generous: the machine running these may be busy with other suites.
+DEADLINE_S = 90.0
+
+
+@dataclass
+class Replicas:
+    """Replica 1 (the stack's API) and replica 2, on the same task queues."""
+
+    stack: Stack
+    second: Api
+
+    @property
+    def first(self) -> Api:
+        """The stack's own API."""
+        return self.stack.api
+
+    @property
+    def both(self) -> tuple[Api, Api]:
+        """(replica 1, replica 2)."""
+        return self.first, self.second
+
+
+@pytest.fixture
+def replicas(
+    start_stack: Callable[..., Stack], start_api: Callable[..., Api], job_type: str
+) -> Replicas:
+    """Replica 1 with a workflow worker, replica 2 on the same queues, and node-a and
+    node-b serving `job_type` one job at a time each."""
+    stack = start_stack(**UNCACHED)
+    second = start_api(**stack.queues, **UNCACHED)
+    stack.procs.append(second.proc)  # stopped with the stack
+    for node in sorted(NODES):
+        stack.worker(job_type, node, WORKER_CORES="1")
+    return Replicas(stack, second)
+
+
+@dataclass
+class Gate:
+    """A solver that prints its `i` once the gate file exists (its jobs stay running
+    until the test opens the gate)."""
+
+    solver: Solver
+    path: Path
+
+    def spec(self, job_type: str, i: int) -> dict[str, Any]:
+        """A job of `job_type` numbered `i`."""
+        return self.solver.spec(job_type, params={"i": i, "gate": str(self.path)})
+
+    def open(self) -> None:
+        """Let every waiting job finish."""
+        self.path.touch()
+
+
+@pytest.fixture
+def gate(make_solver: Callable[[str], Solver], tmp_path: Path) -> Gate:
+    """A closed gate."""
+    solver = make_solver(
+        """
+        while not os.path.exists(params["gate"]):
+            time.sleep(0.02)
+        print(json.dumps({"i": params["i"]}))
+        """
+    )
+    return Gate(solver, tmp_path / "gate-open")
+
+
+# -- reading the event stream ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sse:
+    """One event as received: its id (a global position), name and job."""
+
+    id: str
+    event: str
+    job_id: str
+
+
+@dataclass
+class Stream:
+    """`GET /api/jobs/events` read in a thread until `done` says so, the connection
+    ends (a killed replica) or the deadline passes."""
+
+    api: Api
+    params: dict[str, Any]
+    done: Callable[[list[Sse]], bool]
+    last_event_id: str | None = None
+    events: list[Sse] = field(default_factory=list)
+    connected: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+    def start(self) -> Stream:
+        """Connect; return once the replica answered 200 (or the attempt failed)."""
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        assert self.connected.wait(30), f"no answer from {self.api.url}"
+        assert self.error is None, self.error
+        return self
+
+    def join(self) -> None:
+        """Wait for the reader to stop."""
+        assert self.thread is not None
+        self.thread.join(DEADLINE_S + 10)
+        assert not self.thread.is_alive(), "the stream reader did not stop"
+
+    def _read(self) -> None:
+        headers = {"Last-Event-ID": self.last_event_id} if self.last_event_id else {}
+        end = time.monotonic() + DEADLINE_S
+        try:
+            with (
+                httpx.Client(timeout=httpx.Timeout(DEADLINE_S, connect=10)) as http,
+                http.stream(
+                    "GET", f"{self.api.url}/api/jobs/events", params=self.params, headers=headers
+                ) as response,
+            ):
+                assert response.status_code == 200, response.read()
+                self.connected.set()
+                for event, event_id, data in server_sent_events(response.iter_lines()):
+                    self.events.append(Sse(event_id, event, data["id"]))
+                    if self.done(self.events) or time.monotonic() > end:
+                        return
+        except BaseException as err:  # a killed replica ends here; the test judges
+            self.error = err
+        finally:
+            self.connected.set()
+
+    def completed(self, ids: set[str]) -> set[str]:
+        """Those of `ids` whose completion this stream has seen."""
+        return {e.job_id for e in list(self.events) if e.event == "job:completed"} & ids
+
+
+def completes(ids: set[str]) -> Callable[[list[Sse]], bool]:
+    """Done once every job of `ids` has its completed event."""
+    return lambda events: {e.job_id for e in events if e.event == "job:completed"} >= ids
+
+
+def per_job(events: list[Sse]) -> dict[str, list[tuple[str, str]]]:
+    """(id, event) per job, in arrival order."""
+    grouped: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for sse in events:
+        grouped[sse.job_id].append((sse.id, sse.event))
+    return dict(grouped)
+
+
+def lives(events: list[Sse]) -> dict[str, list[str]]:
+    """The event names per job, in arrival order."""
+    return {job_id: [name for _, name in seq] for job_id, seq in per_job(events).items()}
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def submit_alternately(replicas: Replicas, specs: list[dict[str, Any]]) -> list[str]:
+    """Submit the specs in turn through replica 1, replica 2, replica 1, …"""
+    return [replicas.both[i % 2].submit(**spec) for i, spec in enumerate(specs)]
+
+
+def running_nodes(api: Api, ids: list[str]) -> set[str] | None:
+    """The nodes running jobs of `ids`, once both nodes run one."""
+    nodes = {job["worker_id"] for job in map(api.job, ids) if job["status"] == "running"}
+    return nodes if nodes == NODES else None
+
+
+def listed(api: Api, params: dict[str, Any], ids: set[str]) -> list[dict[str, Any]] | None:
+    """`GET /api/jobs` once it lists exactly `ids`, all completed."""
+    response = api.http.get("/api/jobs", params=params)
+    assert response.status_code == 200, response.text
+    jobs: list[dict[str, Any]] = response.json()
+    if {job["id"] for job in jobs} == ids and all(job["status"] == "completed" for job in jobs):
+        return jobs
+    return None
+
+
+def counted(api: Api, job_type: str, completed: int) -> dict[str, int] | None:
+    """`GET /api/jobs/counts?type=` once it counts `completed` completed jobs."""
+    response = api.http.get("/api/jobs/counts", params={"type": job_type})
+    assert response.status_code == 200, response.text
+    counts: dict[str, int] = response.json()
+    return counts if counts["completed"] == completed else None
+
+
+# -- tests -----------------------------------------------------------------------------
+
+
+def test_jobs_through_either_replica_run_list_count_read_and_claim_the_same_through_both(
+    replicas: Replicas, job_type: str, gate: Gate
+) -> None:
+    first, second = replicas.both
+    ids = submit_alternately(replicas, [gate.spec(job_type, i) for i in range(6)])
+    # One core each and a closed gate: the first two jobs are held by different nodes.
+    wait_until(
+        lambda: running_nodes(second, ids),
+        timeout=DEADLINE_S,
+        what="node-a and node-b to run one job each",
+    )
+    gate.open()
+
+    for i, job_id in enumerate(ids):
+        done = [api.wait_status(job_id, "completed", timeout=DEADLINE_S) for api in (first, second)]
+        assert done[0] == done[1], job_id
+        assert done[0]["result"] == {"i": i}
+        assert done[0]["worker_id"] in NODES
+        assert [t["status"] for t in done[0]["transitions"]] == [
+            "pending",
+            "assigned",
+            "running",
+            "completed",
+        ]
+
+    # Lists: the same jobs, in the same order, with the same statuses and results.
+    query = {"type": job_type}
+    lists = [
+        wait_until(
+            lambda api=api: listed(api, query, set(ids)),
+            timeout=DEADLINE_S,
+            what=f"{api.url} to list the completed jobs",
+        )
+        for api in (first, second)
+    ]
+    assert lists[0] == lists[1]
+    assert {job["id"]: job["result"] for job in lists[0]} == {
+        job_id: {"i": i} for i, job_id in enumerate(ids)
+    }
+    # Priority order, found with counts, agrees too.
+    by_priority = [
+        api.http.get("/api/jobs", params={**query, "order": "priority"}) for api in (first, second)
+    ]
+    assert [r.status_code for r in by_priority] == [200, 200], by_priority[0].text
+    assert by_priority[0].json() == by_priority[1].json()
+    assert {job["id"] for job in by_priority[0].json()} == set(ids)
+
+    # Counts, uncached on both.
+    counts = [
+        wait_until(
+            lambda api=api: counted(api, job_type, len(ids)),
+            timeout=DEADLINE_S,
+            what=f"{api.url} to count the completed jobs",
+        )
+        for api in (first, second)
+    ]
+    assert counts[0] == counts[1]
+    assert {status: n for status, n in counts[0].items() if n} == {"completed": len(ids)}
+
+    # An HTTP agent claims through replica 2 a job submitted through replica 1 (a type no
+    # native worker serves), beats through replica 1 and reports through replica 2.
+    http_type = f"{job_type}-http"
+    job_id = first.submit(type=http_type, params={"x": 1})
+    claim = second.http.post(
+        "/api/jobs/claim", json={"worker_id": "agent-r", "types": [http_type], "wait": 20}
+    )
+    assert claim.status_code == 200, claim.text
+    assert claim.json()["id"] == job_id
+    assert claim.json()["params"] == {"x": 1}
+    beat = first.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-r"})
+    assert beat.status_code == 204, beat.text
+    assert second.job(job_id)["status"] == "running"
+    report = second.http.post(
+        f"/api/jobs/{job_id}/result", json={"worker_id": "agent-r", "result": {"y": 2}}
+    )
+    assert report.status_code == 200, report.text
+    done = [api.wait_status(job_id, "completed", timeout=DEADLINE_S) for api in (first, second)]
+    assert done[0] == done[1]
+    assert (done[0]["result"], done[0]["worker_id"]) == ({"y": 2}, "agent-r")
+    counts = [
+        wait_until(
+            lambda api=api: counted(api, http_type, 1),
+            timeout=DEADLINE_S,
+            what=f"{api.url} to count the claimed job",
+        )
+        for api in (first, second)
+    ]
+    assert counts[0] == counts[1]
+
+
+def test_streams_on_two_replicas_agree_and_a_killed_one_resumes_on_the_other(
+    replicas: Replicas, job_type: str, gate: Gate
+) -> None:
+    first, second = replicas.both
+    query = {"type": job_type}
+    expected: set[str] = set()
+    total = 4 + 6
+    # One client per replica, connected before any job exists. The one on replica 1
+    # reads until its replica dies; the one on replica 2 until every job completed.
+    on_first = Stream(first, query, lambda _: False).start()
+    on_second = Stream(
+        second, query, lambda events: len(expected) == total and completes(expected)(events)
+    ).start()
+
+    # Phase 1, both replicas up: each client sees every job's whole life, and the same
+    # (id, event) sequence per job as the other.
+    opened = Gate(gate.solver, gate.path.with_name("always-open"))
+    opened.open()
+    batch1 = set(submit_alternately(replicas, [opened.spec(job_type, i) for i in range(4)]))
+    expected |= batch1
+    for stream in (on_first, on_second):
+        wait_until(
+            lambda stream=stream: stream.completed(batch1) == batch1,
+            timeout=DEADLINE_S,
+            what=f"the stream on {stream.api.url} to see batch 1 complete",
+        )
+    seen = [[e for e in list(s.events) if e.job_id in batch1] for s in (on_first, on_second)]
+    assert per_job(seen[0]) == per_job(seen[1])
+    assert lives(seen[0]) == dict.fromkeys(batch1, LIFE)
+
+    # Phase 2: jobs held running by a closed gate (two run, four wait). Once replica 1's
+    # client has seen all of them created and two running, replica 1 is killed.
+    batch2 = set(submit_alternately(replicas, [gate.spec(job_type, i) for i in range(6)]))
+    expected |= batch2
+
+    def mid_stream() -> bool:
+        names = [e.event for e in list(on_first.events) if e.job_id in batch2]
+        return names.count("job:created") == len(batch2) and names.count("job:running") >= 2
+
+    wait_until(mid_stream, timeout=DEADLINE_S, what="replica 1's client to be mid-batch")
+    first.proc.kill()
+    on_first.join()
+    assert isinstance(on_first.error, httpx.TransportError), on_first.error  # cut off
+    last_id = on_first.events[-1].id
+
+    # While the client is away the two running jobs complete (the other client sees
+    # it); then it reconnects to replica 2 with the last id it received, and gets what
+    # it missed followed by the live events of the four jobs still to run.
+    gate.open()
+    wait_until(
+        lambda: len(on_second.completed(batch2)) >= 2,
+        timeout=DEADLINE_S,
+        what="two jobs to complete while the client is away",
+    )
+    resumed = Stream(second, query, completes(batch2), last_event_id=last_id).start()
+    resumed.join()
+    on_second.join()
+    assert resumed.error is None, resumed.error
+    assert on_second.error is None, on_second.error
+
+    # Nothing missed, nothing repeated: every job's whole life exactly once across the
+    # two connections, and exactly what the client that stayed on replica 2 saw.
+    joined = on_first.events + resumed.events
+    assert len({e.id for e in joined}) == len(joined), "an event was repeated"
+    assert lives(joined) == dict.fromkeys(expected, LIFE)
+    assert per_job(joined) == per_job(on_second.events)
+    assert set(joined) == set(on_second.events)
+    # The resumed connection started after the last id, in the stream's global order.
+    assert all(key(e.id) > key(last_id) for e in resumed.events)
+    assert not {e.job_id for e in on_first.events if e.event == "job:completed"} & batch2
+
+
+def key(event_id: str) -> tuple[int, str, int]:
+    """An event id (`<ts>-<job id>-<seq>`) as its position in the stream."""
+    ts, job_id, seq = event_id.split("-")
+    return int(ts), job_id, int(seq)
