@@ -9,7 +9,6 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
 
 from temporalio.client import (
     Client,
@@ -46,6 +45,7 @@ from workflows.models import (
     JobInput,
     JobSpec,
     JobStatus,
+    ListOrder,
     events_memo,
     pending_job,
     priority_key,
@@ -58,13 +58,6 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 LIST_LIMIT_MAX = 500
 # Closed jobs kept in memory once read (a closed run never changes): at most this many.
 CLOSED_CACHE_MAX = 2000
-
-
-class ListOrder(StrEnum):
-    """The orders `GET /api/jobs` offers."""
-
-    RECENT = "recent"
-    PRIORITY = "priority"
 
 
 @dataclass

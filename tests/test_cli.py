@@ -173,14 +173,17 @@ def test_list_prints_a_line_per_job_filtered_by_type_and_status(
     def listed(*args: str) -> list[str]:
         return ok(jobforge(api.url, "list", "--type", job_type, *args)).splitlines()
 
-    both = wait_until(lambda: len(lines := listed()) == 2 and lines, what="both jobs listed")
+    both = wait_until(
+        lambda: len(lines := listed("--order", "priority")) == 2 and lines, what="both listed"
+    )
     assert [line.split()[:3] for line in both] == [
         [done, "completed", job_type],
         [broken, "quarantined", job_type],
     ]
     assert both[0].endswith("p=2 attempts=1")
     assert [line.split()[0] for line in listed("--status", "completed")] == [done]
-    assert [line.split()[0] for line in listed("--limit", "1")] == [done]
+    assert [line.split()[0] for line in listed("--order", "priority", "--limit", "1")] == [done]
+    assert sorted(line.split()[0] for line in listed()) == sorted([done, broken])
 
 
 def test_cancel_cancels_a_pending_job_and_list_and_show_say_cancelled(

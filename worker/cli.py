@@ -31,6 +31,7 @@ from worker.hub_client import (
     HubUnreachableError,
     status_label,
 )
+from workflows.models import ListOrder
 
 
 class _Argument(TyperArgument):
@@ -292,10 +293,18 @@ def list_jobs(
         str | None, typer.Option("--type", metavar="TYPE", help="Job type.")
     ] = None,
     limit: Annotated[int, typer.Option(metavar="N", help="At most this many.")] = 50,
+    order: Annotated[
+        ListOrder,
+        typer.Option(
+            metavar="ORDER",
+            help="recent: open jobs newest first, then the latest closed; "
+            "priority: highest first, then oldest (the claim order).",
+        ),
+    ] = ListOrder.RECENT,
 ) -> None:
-    """List jobs, highest priority first: id, status, type, priority, attempts."""
+    """List jobs: id, status, type, priority, attempts."""
     with _hub() as hub:
-        for job in hub.jobs(status, job_type, limit):
+        for job in hub.jobs(status, job_type, limit, order.value):
             typer.echo(
                 f"{job['id']}  {status_label(job):<11} {job['type']:<16} "
                 f"p={job['priority']} attempts={job['attempts']}"

@@ -114,10 +114,12 @@ class HubClient:
         """GET /api/jobs/{id} as a model."""
         return Job.model_validate(self.job_json(job_id))
 
-    def jobs(self, status: str | None, job_type: str | None, limit: int) -> list[dict[str, Any]]:
+    def jobs(
+        self, status: str | None, job_type: str | None, limit: int, order: str = "recent"
+    ) -> list[dict[str, Any]]:
         """GET /api/jobs. `cancelled` is asked as `failed` and then told apart by the
         fail_reason, as is `failed` itself."""
-        query: dict[str, Any] = {"limit": limit}
+        query: dict[str, Any] = {"limit": limit, "order": order}
         if status:
             query["status"] = "failed" if status == CANCELLED else status
         if job_type:

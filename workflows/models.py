@@ -25,6 +25,13 @@ SOLVER_URL_MAX_LEN = 2048
 WORKER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
 
+class ListOrder(StrEnum):
+    """The orders `GET /api/jobs` (and `jobforge list`) offer."""
+
+    RECENT = "recent"
+    PRIORITY = "priority"
+
+
 class JobStatus(StrEnum):
     """The spec's statuses. `failed` is transient unless the job was cancelled."""
 

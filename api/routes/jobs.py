@@ -9,8 +9,8 @@ from pydantic import BaseModel
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.deps import Authorized, JobsDep, MetricsDep
-from api.job_service import LIST_LIMIT_MAX, ListOrder
-from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus
+from api.job_service import LIST_LIMIT_MAX
+from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus, ListOrder
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
 
