@@ -25,12 +25,12 @@ debian-tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null || echo "$$tool is missing: its tests will be skipped (apt-get install $$tool)"; done
 
-# Three test processes (pytest-xdist), a file each at a time: most tests wait on
+# Three test processes (pytest-xdist) that take tests as they free up: most tests wait on
 # processes and timeouts, so they overlap well on two cores.
 test: $(STAMP) debian-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n 3 --dist loadfile
+	$(BIN)/pytest -q -n 3 --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
