@@ -238,3 +238,19 @@ def test_pages_are_walked_with_next_and_prev(
     expect(page.locator("#page-info")).to_have_text("Page 2")
     expect(rows.first).to_have_attribute("data-job-id", seen[1][0])
     assert shown() == seen[1]
+
+
+def test_chips_catch_up_with_counts_the_api_reuses_for_a_while(
+    page: Page, start_api: Callable[..., Api], job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    # Counts are reused METRICS_CACHE_MS: the re-read right after the job's events gets
+    # the count from before them, so the page reads once more after that window.
+    slow = start_api(METRICS_CACHE_MS="5000")
+    sign_in(page, slow, job_type=job_type)
+    completed = page.locator('#status-chips [data-count="completed"]')
+    expect(completed).to_have_text("0")
+
+    job_id = slow.submit(**make_solver('print("{}")\n').spec(job_type))
+    slow.wait_status(job_id, "completed")
+
+    expect(completed).to_have_text("1", timeout=15_000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api.deps import Authorized, ConfigDep, ViewsDep
 from api.job_views import JobPage
@@ -22,6 +22,7 @@ class UiConfig(BaseModel):
     temporal_ui_url: str
     namespace: str
     events_require_token: bool
+    counts_cache_ms: int = Field(description="How long the API reuses counts (re-read after)")
 
 
 @router.get("/jobs/page", response_model=JobPage)
@@ -51,4 +52,5 @@ async def ui_config(config: ConfigDep) -> UiConfig:
         temporal_ui_url=config.temporal.ui_url.rstrip("/"),
         namespace=config.temporal.namespace,
         events_require_token=config.api.events_require_token,
+        counts_cache_ms=config.api.metrics_cache_ms,
     )

@@ -201,6 +201,8 @@ async function start() {
   setStreamState("connecting", "connecting…");
   try {
     state.config = await getJson("/api/config");
+    const cacheMs = state.config.counts_cache_ms || 0;
+    settleCounts = cacheMs > 0 ? debounce(() => guard(loadCounts), cacheMs + 250) : () => {};
   } catch (err) {
     if (!(err instanceof Unauthorized)) {
       setStreamState("offline", "offline");
@@ -257,10 +259,15 @@ async function loadCounts() {
   }
 }
 
+// The API reuses counts for `counts_cache_ms` (METRICS_CACHE_MS): a re-read right after
+// an event may still get the old ones, so one more follows once that window has passed.
+let settleCounts = () => {};
+
 // Counts (and page 1, when its rows changed here) are re-read shortly after events.
 const refreshSoon = debounce(
   () => {
     guard(loadCounts);
+    settleCounts();
     if (state.pageDirty && state.page === 0) guard(loadPage);
   },
   500,
