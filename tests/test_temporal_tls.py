@@ -281,7 +281,9 @@ async def test_the_jobforge_setup_command_reads_the_tls_settings_from_its_enviro
 async def test_a_client_without_a_certificate_is_refused(pki: Pki, mtls_address: str) -> None:
     settings = TemporalSettings(address=mtls_address, tls_ca=pki.ca, tls_server_name=SERVER_NAME)
     # TLS 1.3 checks the client's certificate after the handshake: the server hangs up.
-    with pytest.raises(RuntimeError, match="transport error"):
+    # Refused at the handshake: reported as a transport error, or on a busy machine as
+    # the connection closed under the call.
+    with pytest.raises(RuntimeError, match="transport error|connection closed"):
         await connect(settings, retry_ms=500)
 
 
