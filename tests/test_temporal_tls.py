@@ -283,7 +283,7 @@ async def test_a_client_without_a_certificate_is_refused(pki: Pki, mtls_address:
     # TLS 1.3 checks the client's certificate after the handshake: the server hangs up.
     # Refused at the handshake: reported as a transport error, or on a busy machine as
     # the connection closed under the call.
-    with pytest.raises(RuntimeError, match="transport error|connection closed"):
+    with pytest.raises(RuntimeError, match=r"transport error|connection closed"):
         await connect(settings, retry_ms=500)
 
 
