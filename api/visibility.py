@@ -40,7 +40,13 @@ MAX_PAGE = 1000
 # A priority (or start-time) range is split into this many parts per round of counts.
 FANOUT = 8
 # Rows of one priority listed whole, and sorted here, rather than narrowed by counts.
-SMALL_GROUP = 200
+SMALL_GROUP = 500
+# A range wider than this with an end within NEAR_ZERO of zero is cut by decades.
+DECADES_FROM = 1000
+NEAR_ZERO = 100
+# The first round of start-time marks: jobs are mostly recent, so these find the
+# right window at once (seconds before now).
+RECENT_MARKS_S = (7 * 86400, 86400, 6 * 3600, 3600, 600, 60, 10)
 # How far back the oldest job is looked for when narrowing by start time.
 HORIZON_S = 30 * 24 * 3600
 
@@ -123,7 +129,29 @@ def _priority_between(low: int, high: int) -> str:
 
 
 def _split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
-    """[low, high] as up to `parts` ranges, highest first."""
+    """[low, high] as a few ranges, highest first.
+
+    A wide range whose one end is near zero (a threshold bucket's open end, such as
+    [10, 1000000]) is cut by decades from that end first, so the usual priorities near
+    the thresholds stand alone after one round of counts; any other range is cut into
+    `parts` equal ranges.
+    """
+    if high - low + 1 <= parts:
+        return [(p, p) for p in range(high, low - 1, -1)]
+    if high - low > DECADES_FROM and min(abs(low), abs(high)) <= NEAR_ZERO:
+        if low < 0 < high:
+            return [(1, high), (0, 0), (low, -1)]
+        anchor, sign = (low, 1) if abs(low) <= abs(high) else (high, -1)
+        edges = [anchor]
+        step = 1
+        while (edge := anchor + sign * step) * sign <= (high if sign > 0 else low) * sign:
+            edges.append(edge)
+            step *= 10
+        ranges = [
+            (min(a, b - sign), max(a, b - sign))
+            for a, b in itertools.pairwise([*edges, (high + 1) if sign > 0 else (low - 1)])
+        ]
+        return sorted(ranges, reverse=True)
     size = -(-(high - low + 1) // parts)
     return [(max(start - size + 1, low), start) for start in range(high, low - 1, -size)]
 
@@ -193,9 +221,10 @@ async def _start_cutoff(
 ) -> float:
     """A start time (s) by which at least `wanted` matching rows started, and fewer than
     `wanted + slack` (or within `resolution_s` of the earliest such time)."""
-    low, high = time.time() - HORIZON_S, time.time() + 1
+    now = time.time()
+    low, high = now - HORIZON_S, now + 1
+    marks = [now - back for back in RECENT_MARKS_S] + [high]
     while high - low > resolution_s:
-        marks = [low + (high - low) * (i + 1) / FANOUT for i in range(FANOUT)]
         found = await asyncio.gather(
             *(count(client, f"{query} AND StartTime <= '{_iso(m)}'") for m in marks)
         )
@@ -203,6 +232,7 @@ async def _start_cutoff(
         low, high = (marks[enough - 1] if enough else low), marks[enough]
         if found[enough] - wanted < slack:
             break
+        marks = [low + (high - low) * (i + 1) / FANOUT for i in range(FANOUT)]
     return high
 
 

@@ -162,3 +162,24 @@ def test_a_page_token_is_taken_back_only_for_its_own_query() -> None:
     for query, token in (("query b", sealed), ("query a", sealed + "x"), ("query a", "%%")):
         with pytest.raises(Exception, match="page_token"):
             tokens.open(query, token)
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [(10, 1_000_000), (-1_000_000, -10), (1, 9), (100_010, 1_000_000), (-5, 5), (-100, 5000)],
+)
+def test_a_priority_range_splits_into_disjoint_parts_that_cover_it_highest_first(
+    low: int, high: int
+) -> None:
+    parts = visibility._split(low, high, visibility.FANOUT)
+
+    assert parts == sorted(parts, reverse=True)
+    assert parts[0][1] == high
+    assert parts[-1][0] == low
+    for (lower_low, lower_high), (upper_low, _) in zip(parts[1:], parts, strict=False):
+        assert lower_low <= lower_high == upper_low - 1
+
+
+def test_a_bucket_open_towards_the_limits_isolates_its_threshold_in_one_round() -> None:
+    assert (10, 10) in visibility._split(10, 1_000_000, visibility.FANOUT)
+    assert (-10, -10) in visibility._split(-1_000_000, -10, visibility.FANOUT)
