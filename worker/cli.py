@@ -158,14 +158,18 @@ def api(
     """Run the REST API and dashboard (FORGE_INGEST_SECRET, TEMPORAL_* env)."""
     import uvicorn
 
-    from api.main import create_app
-
     _logging()
     # Event streams never end by themselves: without a bound, SIGTERM would wait for
     # every SSE client to leave. After 5 s the remaining requests are cancelled (an
-    # agent's claim is handed back; SSE clients resume with Last-Event-ID).
+    # agent's claim is handed back; SSE clients resume with Last-Event-ID). The app is
+    # named, not imported: worker code never imports the API's modules.
     uvicorn.run(
-        create_app(), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+        "api.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
     )
     _exit(0)
 
