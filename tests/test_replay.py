@@ -34,14 +34,21 @@ from workflows.type_registry import JobTypeRegistry
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
 
-# file stem → (workflow type, how its execution ended)
-EXPECTED = {
+# history kind → (workflow type, how its execution ended)
+KINDS = {
     "job-completed": ("JobWorkflow", "COMPLETED"),
     "job-failed-once-then-completed": ("JobWorkflow", "COMPLETED"),
     "job-quarantined": ("JobWorkflow", "FAILED"),
     "job-cancelled": ("JobWorkflow", "CANCELED"),
     "registry-two-types": ("JobTypeRegistry", "RUNNING"),
 }
+# One set of histories per shipped workflow version, never re-recorded: "" was recorded
+# before the layering refactor (failure details as a positional tail and times), "-v2"
+# after it (failure details as an AttemptFailureDetails model, the shared memo-mirror
+# loop). A recording run writes the newest set only.
+SETS = ("", "-v2")
+NEWEST = SETS[-1]
+EXPECTED = {f"{kind}{suffix}": outcome for kind, outcome in KINDS.items() for suffix in SETS}
 
 
 def history_file(name: str) -> Path:
@@ -106,7 +113,7 @@ async def test_recording_fresh_histories_from_real_runs(
     ok = make_solver('print(json.dumps({"doubled": params["x"] * 2}))\n')
     job_id = api.submit(**ok.spec(kind, params={"x": 21}))
     api.wait_status(job_id, "completed")
-    await save_when_closed(client, job_id, "job-completed")
+    await save_when_closed(client, job_id, "job-completed" + NEWEST)
 
     counter = tmp_path / "runs"
     flaky = make_solver(
@@ -121,18 +128,18 @@ async def test_recording_fresh_histories_from_real_runs(
     )
     job_id = api.submit(**flaky.spec(kind, params={"counter": str(counter)}, max_attempts=3))
     assert api.wait_status(job_id, "completed")["attempts"] == 2
-    await save_when_closed(client, job_id, "job-failed-once-then-completed")
+    await save_when_closed(client, job_id, "job-failed-once-then-completed" + NEWEST)
 
     broken = make_solver('sys.stderr.write("boom\\n"); sys.exit(1)\n')
     job_id = api.submit(**broken.spec(kind, max_attempts=2))
     api.wait_status(job_id, "quarantined")
-    await save_when_closed(client, job_id, "job-quarantined")
+    await save_when_closed(client, job_id, "job-quarantined" + NEWEST)
 
     quiet = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
     job_id = quiet.submit(type=kind)
     quiet.wait_status(job_id, "pending")
     assert quiet.http.delete(f"/api/jobs/{job_id}").status_code == 204
-    await save_when_closed(client, job_id, "job-cancelled")
+    await save_when_closed(client, job_id, "job-cancelled" + NEWEST)
 
     registry_id = f"replay-registry-{uuid.uuid4().hex[:8]}"
     handle = await client.start_workflow(
@@ -151,7 +158,7 @@ async def test_recording_fresh_histories_from_real_runs(
 
     await wait_until_async(memo_has_both, timeout=60, what="the registry memo to hold both types")
     history = await handle.fetch_history()
-    history_file("registry-two-types").write_text(history.to_json() + "\n")
+    history_file("registry-two-types" + NEWEST).write_text(history.to_json() + "\n")
     await handle.terminate("recorded")
 
 
@@ -179,8 +186,11 @@ def test_each_history_is_of_the_workflow_and_outcome_it_is_named_for(name: str) 
         assert types[-1] == f"WORKFLOW_EXECUTION_{outcome}"
 
 
-def test_the_failed_once_history_has_exactly_one_failed_attempt_before_success() -> None:
-    types = event_types("job-failed-once-then-completed")
+@pytest.mark.parametrize("suffix", SETS)
+def test_the_failed_once_history_has_exactly_one_failed_attempt_before_success(
+    suffix: str,
+) -> None:
+    types = event_types(f"job-failed-once-then-completed{suffix}")
 
     assert types.count("ACTIVITY_TASK_SCHEDULED") == 2
     assert types.count("ACTIVITY_TASK_FAILED") == 1
@@ -188,17 +198,19 @@ def test_the_failed_once_history_has_exactly_one_failed_attempt_before_success()
     assert types.index("ACTIVITY_TASK_FAILED") < types.index("ACTIVITY_TASK_COMPLETED")
 
 
-def test_the_cancelled_history_was_cancelled_through_the_update() -> None:
-    types = event_types("job-cancelled")
+@pytest.mark.parametrize("suffix", SETS)
+def test_the_cancelled_history_was_cancelled_through_the_update(suffix: str) -> None:
+    types = event_types(f"job-cancelled{suffix}")
 
     assert "WORKFLOW_EXECUTION_UPDATE_COMPLETED" in types
     assert "WORKFLOW_EXECUTION_CANCEL_REQUESTED" in types
 
 
-def test_the_registry_history_got_two_types() -> None:
+@pytest.mark.parametrize("suffix", SETS)
+def test_the_registry_history_got_two_types(suffix: str) -> None:
     signals = [
         e
-        for e in events("registry-two-types")
+        for e in events(f"registry-two-types{suffix}")
         if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"
     ]
 
@@ -213,6 +225,19 @@ async def test_todays_workflows_replay_each_committed_history(name: str) -> None
     result = await replayer().replay_workflow(load(name))
 
     assert result.replay_failure is None
+
+
+def test_the_newest_failure_details_are_the_model_the_oldest_the_positional_form() -> None:
+    def details(name: str) -> list[dict[str, Any]]:
+        failed = [e for e in events(name) if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_FAILED"]
+        attributes = failed[0]["activityTaskFailedEventAttributes"]
+        payloads: list[dict[str, Any]] = attributes["failure"]["applicationFailureInfo"]["details"][
+            "payloads"
+        ]
+        return payloads
+
+    assert len(details("job-quarantined")) == 2  # (tail, times)
+    assert len(details(f"job-quarantined{NEWEST}")) == 1  # one AttemptFailureDetails
 
 
 @pytest.mark.parametrize("name", ["job-completed", "job-quarantined"])
