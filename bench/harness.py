@@ -404,17 +404,23 @@ def run_bench(
     settings: Callable[[Bench], str],
     data_prefix: str,
     drop_env: tuple[str, ...] = (),
+    keep_data: Path | None = None,
 ) -> int:
-    """Run `body` on a fresh dev server; the exit code (0 when it finished).
+    """Run `body` on a dev server; the exit code (0 when it finished).
 
     Prints the machine, the run's `settings` (and where its server and files are) and the
     code measured first. On an error, prints the tail of every child's log; on any exit
-    (Ctrl-C and SIGTERM included) stops every process it started. The temp dir is
-    removed after a successful run unless `args.keep`.
+    (Ctrl-C and SIGTERM included) stops every process it started. The server's data is a
+    temp dir, removed after a successful run unless `args.keep`, or `keep_data`, which
+    is reused and always kept.
     """
     # SIGTERM cleans up like Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    data = Path(tempfile.mkdtemp(prefix=data_prefix))
+    if keep_data is None:
+        data = Path(tempfile.mkdtemp(prefix=data_prefix))
+    else:
+        data = keep_data.resolve()
+        data.mkdir(parents=True, exist_ok=True)
     server = DevServer(data / "temporal", port=free_port(), ui_port=None)
     bench = Bench(args, data, server, drop_env=drop_env)
     ok = False
@@ -437,7 +443,7 @@ def run_bench(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         bench.stop_all()
-        if ok and not args.keep:
+        if ok and not args.keep and keep_data is None:
             shutil.rmtree(data, ignore_errors=True)
         else:
             print(f"kept {data}", file=sys.stderr)

@@ -33,10 +33,7 @@ import contextlib
 import logging
 import os
 import random
-import shutil
-import signal
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -65,10 +62,9 @@ from bench.harness import (
     describe,
     exit_now,
     load_average,
-    machine,
     p50_p99,
     percentile,
-    start_dev_server,
+    run_bench,
 )
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
@@ -541,45 +537,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def settings(bench: Bench) -> str:
+    """The run's settings line."""
+    args = bench.args
+    steps = ",".join(str(step) for step in args.steps)
+    kept = " (kept)" if args.keep_data is not None else ""
+    return (
+        f"steps={steps} requests={args.requests} paints={args.paints} "
+        f"concurrency={args.concurrency} ahead={args.ahead}{kept}"
+    )
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     # The quarantine stand-in fails on purpose: no warning with a traceback for each.
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up as on Ctrl-C
-    kept = args.keep_data is not None
-    data = args.keep_data.resolve() if kept else Path(tempfile.mkdtemp(prefix="jobforge-list-"))
-    data.mkdir(parents=True, exist_ok=True)
-    print(machine())
-    steps = ",".join(str(step) for step in args.steps)
-    print(
-        f"steps={steps} requests={args.requests} paints={args.paints} "
-        f"concurrency={args.concurrency} ahead={args.ahead}; data in {data}"
-        + (" (kept)" if kept else "")
+    return run_bench(
+        args, run, settings=settings, data_prefix="jobforge-list-", keep_data=args.keep_data
     )
-    print(f"code: {code_version()}", flush=True)
-    server = start_dev_server(data / "temporal")
-    print(f"dev server at {server.address}", flush=True)
-    bench = Bench(args, data, server)
-    ok = False
-    try:
-        asyncio.run(run(bench))
-        ok = True
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-    except Exception as err:
-        print(f"error: {err!r}", file=sys.stderr)
-        for child in bench.children:
-            print(f"--- {child.name} log tail ({child.log}):", file=sys.stderr)
-            print(child.output()[-2000:], file=sys.stderr)
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        bench.stop_all()
-        if ok and not kept and not args.keep:
-            shutil.rmtree(data, ignore_errors=True)
-        else:
-            print(f"kept {data}", file=sys.stderr)
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
