@@ -2,75 +2,19 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import SECRET, Api, Solver
-from worker.hub_client import server_sent_events
+from tests.helpers import Collector, Sse
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
 LIFE = ["job:created", "job:assigned", "job:running", "job:completed"]
-
-
-@dataclass
-class Sse:
-    """One parsed server-sent event."""
-
-    event: str
-    id: str
-    data: dict[str, Any]
-
-
-def read_events(response: httpx.Response) -> Iterator[Sse]:
-    """Parse an SSE body as it streams (with the CLI's parser)."""
-    for event, event_id, data in server_sent_events(response.iter_lines()):
-        yield Sse(event, event_id, data)
-
-
-@dataclass
-class Collector:
-    """Reads a stream in a thread until `done` says so or the deadline passes."""
-
-    url: str
-    params: dict[str, Any]
-    done: Callable[[list[Sse]], bool]
-    last_event_id: str | None = None
-    events: list[Sse] = field(default_factory=list)
-    connected: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-    def run(self, deadline_s: float) -> threading.Thread:
-        """Start reading."""
-        thread = threading.Thread(target=self._read, args=(deadline_s,), daemon=True)
-        thread.start()
-        return thread
-
-    def _read(self, deadline_s: float) -> None:
-        headers = {"Last-Event-ID": self.last_event_id} if self.last_event_id else {}
-        end = time.monotonic() + deadline_s
-        try:
-            with (
-                httpx.Client(timeout=httpx.Timeout(deadline_s, connect=10)) as http,
-                http.stream("GET", self.url, params=self.params, headers=headers) as response,
-            ):
-                assert response.status_code == 200, response.read()
-                self.connected.set()
-                for sse in read_events(response):
-                    self.events.append(sse)
-                    if self.done(self.events) or time.monotonic() > end:
-                        return
-        except BaseException as err:  # surfaced by the test
-            self.error = err
-            self.connected.set()
 
 
 def by_job(events: list[Sse]) -> dict[str, list[Sse]]:
