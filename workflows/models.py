@@ -182,10 +182,6 @@ class Job(BaseModel):
             job_id=self.id, attempt=self.attempt, **self.model_dump(include=_RUN_FIELDS)
         )
 
-    def identity(self) -> JobIdentity:
-        """Its type, priority and creation time."""
-        return JobIdentity.model_validate(self.model_dump(include=_IDENTITY_FIELDS))
-
 
 class JobInput(BaseModel):
     """JobWorkflow's input: the spec plus what the API decided at submit time."""
@@ -299,8 +295,10 @@ class EventsMemo(JobIdentity):
 
 def events_memo(job: Job) -> dict[str, JsonValue]:
     """The memo value for a job: its identity and its latest transitions."""
-    memo = EventsMemo(
-        **job.identity().model_dump(), transitions=job.transitions[-EVENTS_MEMO_KEEP:]
+    # Built without validation: every value comes from a validated Job (this runs once
+    # per workflow task on the job path).
+    memo = EventsMemo.model_construct(
+        **job.model_dump(include=_IDENTITY_FIELDS), transitions=job.transitions[-EVENTS_MEMO_KEEP:]
     )
     dumped: dict[str, JsonValue] = memo.model_dump(mode="json")
     return dumped
