@@ -133,6 +133,15 @@ async def run_solver(
 SETPRIV = shutil.which("setpriv")
 
 
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """`argv` behind `setpriv --pdeathsig KILL`: the process is killed when the thread
+    that started it dies. Only for a process started from a thread that lives as long
+    as its supervisor does. Without setpriv, `argv` as is."""
+    if SETPRIV is None:
+        return argv
+    return [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+
+
 def _launcher(argv: list[str]) -> list[str]:
     """`argv` behind setpriv; a missing or non-executable program fails here, as an
     exec of it would."""
@@ -140,9 +149,7 @@ def _launcher(argv: list[str]) -> list[str]:
     if program is None:
         code = errno.EACCES if os.path.exists(argv[0]) else errno.ENOENT
         raise OSError(code, os.strerror(code), argv[0])
-    if SETPRIV is None:
-        return [program, *argv[1:]]
-    return [SETPRIV, "--pdeathsig", "KILL", "--", program, *argv[1:]]
+    return dying_with_parent([program, *argv[1:]])
 
 
 async def _exited(process: asyncio.subprocess.Process) -> None:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from worker.devserver import DevServer, dying_with_parent, env_with, port_in_use, wait_for_port
+from activities.runner import dying_with_parent
+from worker.devserver import DevServer, env_with, port_in_use, wait_for_port
 from worker.hub_client import SECRET_FILE_NAME, HubSettings
 from worker.settings import SolverSettings, WorkerSettings
 

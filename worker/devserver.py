@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.runner import dying_with_parent
 from workflows import search_attributes
 
 # Dynamic config that matters for dispatch latency and jobforge's queries (DESIGN §7).
@@ -24,20 +25,6 @@ DYNAMIC_CONFIG: dict[str, str] = {
     "system.forceSearchAttributesCacheRefreshOnRead": "true",
 }
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal", "busy_timeout=5000")
-
-
-# util-linux's setpriv sets a parent-death signal and then execs the command (as
-# activities/runner.py starts solvers): no Python runs between fork and exec.
-SETPRIV = shutil.which("setpriv")
-
-
-def dying_with_parent(argv: list[str]) -> list[str]:
-    """`argv` behind `setpriv --pdeathsig KILL`: the process is killed when the thread
-    that started it dies (a SIGKILLed supervisor leaves nothing behind). Only for a
-    process started from a thread that lives as long as the supervisor does."""
-    if SETPRIV is None:
-        return argv
-    return [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
 
 
 def temporal_binary() -> str:
