@@ -21,7 +21,7 @@ import pytest
 
 from tests import faultkit
 from tests.conftest import SECRET, Api, Proc, Stack, base_env, wait_until
-from tests.test_events import read_events
+from tests.helpers import read_events
 from worker.devserver import DevServer, free_port, wait_for_port
 
 
