@@ -18,6 +18,7 @@ from engine.connection import TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_seen
 from engine.tracing import start_tracing
 from worker.settings import SolverSettings, WorkerSettings
+from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import WorkerInfo
 from workflows.type_registry import JobTypeRegistry
@@ -43,7 +44,7 @@ def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
     return Worker(
         client,
         task_queue=temporal.task_queue,
-        workflows=[JobWorkflow, JobTypeRegistry, WorkerRecordWorkflow],
+        workflows=[JobWorkflow, JobTypeRegistry, WorkerRecordWorkflow, GateWorkflow],
         workflow_runner=workflow_runner(),
     )
 

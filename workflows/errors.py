@@ -39,6 +39,12 @@ class ErrorType(StrEnum):
     AGENT_FAILURE = "agent_failure"
     # An HTTP agent's own error (not one of the solver failures above).
     AGENT_ERROR = "agent_error"
+    # A job still not assigned at its deadline_at.
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    # Re-queue refused: the job is not quarantined, or not held for a re-queue.
+    NOT_REQUEUEABLE = "not_requeueable"
+    # A pool turned an admission-only job away (`admission: reject`).
+    POOL_FULL = "pool_full"
 
 
 # Failures that end the job at once, whatever attempts remain.

@@ -7,13 +7,19 @@ happens. Workers report `assigned` and `running` through one signal per attempt.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    FailureError,
     TimeoutError,
     TimeoutType,
     is_cancelled_exception,
@@ -22,6 +28,16 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes
     from workflows.errors import AttemptFailureDetails, ErrorType, Failure
+    from workflows.gate_models import (
+        WAITING_FOR,
+        GateGrant,
+        GateInput,
+        GateRef,
+        GateRelease,
+        GateRequest,
+        ReleaseOutcome,
+        job_gates,
+    )
     from workflows.models import (
         AttemptReport,
         AttemptResult,
@@ -30,16 +46,24 @@ with workflow.unsafe.imports_passed_through():
         JobInput,
         JobStatus,
         Transition,
+        WaitingFor,
         events_memo,
         pending_job,
     )
     from workflows.names import (
+        ACQUIRE_SIGNAL,
         BRIDGE_IDENTITY_PREFIX,
         CANCEL_UPDATE,
         EVENTS_MEMO,
+        GATE_WORKFLOW,
+        GRANT_SIGNAL,
         JOB_QUERY,
         JOB_WORKFLOW,
+        PING_SIGNAL,
+        RECALL_SIGNAL,
+        RELEASE_SIGNAL,
         REPORT_SIGNAL,
+        REQUEUE_UPDATE,
         RUN_JOB_ACTIVITY,
         attempt_activity_id,
     )
@@ -47,6 +71,10 @@ with workflow.unsafe.imports_passed_through():
 # The worker enforces max_runtime_ms from the solver's start; the server-side timeout
 # is the backstop for a worker that cannot (it also covers the solver download).
 ATTEMPT_TIMEOUT_SLACK = timedelta(minutes=10)
+
+# Patch: jobs with a group, pool, target, start time or deadline take the scheduled
+# path (gates, clocks); a job with none of them never reaches this marker.
+SCHEDULING_PATCH = "scheduling-gates"
 
 
 def _now_ms() -> int:
@@ -65,28 +93,26 @@ class JobWorkflow:
         self._cancelled = False
         self._unpublished = False
         self._job = pending_job(inp)
+        # The scheduled path's state (docs/scheduling.md).
+        self._attempts_base = 0
+        self._asked: set[str] = set()
+        self._leases: set[str] = set()
+        self._weight: float | None = None
+        self._recalled_attempt = 0
+        self._deadline_hit = False
+        self._held = False
+        self._requeued = False
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
+        if inp.spec.scheduled and workflow.patched(SCHEDULING_PATCH):
+            return await self._run_scheduled(inp)
         job = self._job
         while not self._cancelled:
             self._attempt += 1
             attempt = self._attempt
             job.attempt = attempt
-            self._handle = workflow.start_activity(
-                RUN_JOB_ACTIVITY,
-                job.attempt_input(),
-                result_type=AttemptResult,
-                task_queue=inp.activity_task_queue,
-                activity_id=attempt_activity_id(attempt),
-                start_to_close_timeout=timedelta(milliseconds=job.max_runtime_ms)
-                + ATTEMPT_TIMEOUT_SLACK,
-                heartbeat_timeout=timedelta(milliseconds=inp.heartbeat_timeout_ms),
-                retry_policy=RetryPolicy(maximum_attempts=1),
-                cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-                priority=Priority(priority_key=inp.priority_key),
-                summary=f"attempt {attempt}",
-            )
+            self._handle = self._start_attempt(inp, Priority(priority_key=inp.priority_key))
             try:
                 outcome = await self._handle
             except ActivityError as err:
@@ -112,6 +138,246 @@ class JobWorkflow:
         await workflow.wait_condition(lambda: False)
         return job
 
+    def _start_attempt(
+        self, inp: JobInput, priority: Priority, schedule_to_start: timedelta | None = None
+    ) -> workflow.ActivityHandle[AttemptResult]:
+        job = self._job
+        return workflow.start_activity(
+            RUN_JOB_ACTIVITY,
+            job.attempt_input(),
+            result_type=AttemptResult,
+            task_queue=inp.activity_task_queue,
+            activity_id=attempt_activity_id(job.attempt),
+            start_to_close_timeout=timedelta(milliseconds=job.max_runtime_ms)
+            + ATTEMPT_TIMEOUT_SLACK,
+            schedule_to_start_timeout=schedule_to_start,
+            heartbeat_timeout=timedelta(milliseconds=inp.heartbeat_timeout_ms),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+            priority=priority,
+            summary=f"attempt {job.attempt}",
+        )
+
+    # -- the scheduled path: start time, gates, deadline -----------------------------
+
+    async def _run_scheduled(self, inp: JobInput) -> Job:
+        job = self._job
+        gates = job_gates(
+            workflow.info().task_queue, target=job.target, group=job.group, pool=job.pool
+        )
+        start = job.earliest_start_at
+        if start is not None and start > _now_ms():
+            job.waiting_for = WaitingFor.START_TIME
+            await _waited(lambda: self._cancelled, timedelta(milliseconds=start - _now_ms()))
+        while not self._cancelled:
+            if not await self._hold_gates(gates):
+                break
+            self._attempt += 1
+            attempt = self._attempt
+            job.attempt = attempt
+            self._handle = self._start_attempt(
+                inp,
+                Priority(
+                    priority_key=inp.priority_key,
+                    fairness_key=job.group,
+                    fairness_weight=self._weight if job.group else None,
+                ),
+                self._time_to_deadline(),
+            )
+            try:
+                outcome = await self._handle
+            except ActivityError as err:
+                if self._cancelled:
+                    break
+                if self._recalled_attempt == attempt:
+                    continue  # a pause took the lease back before a worker claimed it
+                if is_cancelled_exception(err):
+                    self._mark_cancelled()
+                    self._publish()
+                    await self._release(gates, "cancelled")
+                    raise
+                if _not_started_in_time(err):
+                    self._deadline_hit = True
+                    break
+                try:
+                    self._fail_attempt(attempt, err)
+                except ApplicationError:
+                    self._publish()
+                    await self._release(gates, "quarantined")
+                    if await self._held_for_requeue(inp):
+                        continue
+                    raise
+                self._publish()
+                continue
+            finally:
+                self._handle = None
+            self._complete(outcome)
+            self._publish()
+            await self._release(gates, "completed")
+            return job
+        await self._release(gates, "cancelled")
+        if self._deadline_hit and not self._cancelled:
+            self._fail_deadline()
+        await workflow.wait_condition(lambda: False)
+        return job
+
+    async def _hold_gates(self, gates: list[GateRef]) -> bool:
+        """Hold a lease of every gate, asked in order; False when cancelled or when the
+        deadline passes first."""
+        job = self._job
+        while True:
+            missing = [gate for gate in gates if gate.workflow_id not in self._leases]
+            if not missing:
+                job.waiting_for = None
+                return True
+            gate = missing[0]
+            if gate.workflow_id not in self._asked:
+                self._asked.add(gate.workflow_id)
+                await self._signal_gate(gate, ACQUIRE_SIGNAL, self._gate_request())
+            job.waiting_for = WAITING_FOR[gate.kind]
+            left = self._time_to_deadline()
+            if left is not None and left <= timedelta(0):
+                self._deadline_hit = True
+                return False
+            if not await _waited(functools.partial(self._holds_or_cancelled, gate), left):
+                self._deadline_hit = True
+                return False
+            if self._cancelled:
+                return False
+
+    def _holds_or_cancelled(self, gate: GateRef) -> bool:
+        return gate.workflow_id in self._leases or self._cancelled
+
+    def _gate_request(self) -> GateRequest:
+        job = self._job
+        return GateRequest(
+            job_id=job.id,
+            cost=job.cost_units,
+            priority=job.priority,
+            created_at=job.created_at,
+            deadline_at=job.deadline_at,
+            ready=True,
+        )
+
+    def _time_to_deadline(self) -> timedelta | None:
+        deadline = self._job.deadline_at
+        return None if deadline is None else timedelta(milliseconds=deadline - _now_ms())
+
+    async def _release(self, gates: list[GateRef], outcome: ReleaseOutcome) -> None:
+        """Give back every lease and withdraw every request (the API queued one at each
+        gate before the job started)."""
+        self._asked.clear()
+        self._leases.clear()
+        release = GateRelease(job_id=self._job.id, outcome=outcome)
+        await asyncio.gather(*(self._signal_gate(g, RELEASE_SIGNAL, release) for g in gates))
+
+    async def _signal_gate(self, gate: GateRef, signal: str, arg: object) -> None:
+        """Signal a gate; one that does not run (never started, or terminated by hand)
+        is started first, with default settings."""
+        handle = workflow.get_external_workflow_handle(gate.workflow_id)
+        try:
+            await handle.signal(signal, arg)
+            return
+        except FailureError:
+            workflow.logger.warning("gate %s does not run: starting it", gate.workflow_id)
+        with contextlib.suppress(FailureError):  # started meanwhile by someone else
+            await workflow.start_child_workflow(
+                GATE_WORKFLOW,
+                GateInput(kind=gate.kind, key=gate.key),
+                id=gate.workflow_id,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            )
+        await handle.signal(signal, arg)
+
+    async def _held_for_requeue(self, inp: JobInput) -> bool:
+        """A quarantined job of a group or target stays open for a re-queue (group
+        retry-failed, target resume); True once re-queued."""
+        if inp.requeue_hold_ms <= 0:
+            return False
+        self._held = True
+        requeued = await _waited(
+            lambda: self._requeued, timedelta(milliseconds=inp.requeue_hold_ms)
+        )
+        self._held = False
+        self._requeued = False
+        return requeued
+
+    def _fail_deadline(self) -> NoReturn:
+        job = self._job
+        reason = ErrorType.DEADLINE_EXCEEDED.value
+        job.fail_reason = reason
+        job.completed_at = _now_ms()
+        job.waiting_for = None
+        self._transition(JobStatus.FAILED, reason=reason)
+        self._publish()
+        raise ApplicationError(
+            "not assigned by its deadline_at",
+            job,
+            type=ErrorType.DEADLINE_EXCEEDED,
+            non_retryable=True,
+        )
+
+    @workflow.signal(name=GRANT_SIGNAL)
+    async def gate_grant(self, grant: GateGrant) -> None:
+        """A gate granted its lease; one this job no longer asks for goes back."""
+        if grant.workflow_id not in self._asked:
+            release = GateRelease(job_id=self._job.id, outcome="cancelled")
+            await workflow.get_external_workflow_handle(grant.workflow_id).signal(
+                RELEASE_SIGNAL, release
+            )
+            return
+        self._leases.add(grant.workflow_id)
+        if grant.weight is not None:
+            self._weight = grant.weight
+
+    @workflow.signal(name=RECALL_SIGNAL)
+    async def gate_recall(self, gate_workflow_id: str) -> None:
+        """A pause takes back the lease of a job no worker has claimed yet."""
+        if gate_workflow_id not in self._leases:
+            return
+        job = self._job
+        outcome: ReleaseOutcome = "kept"
+        if job.status == JobStatus.PENDING:
+            outcome = "recalled"
+            self._leases.discard(gate_workflow_id)
+            if self._handle is not None:
+                self._recalled_attempt = self._attempt
+                self._handle.cancel()
+        await workflow.get_external_workflow_handle(gate_workflow_id).signal(
+            RELEASE_SIGNAL, GateRelease(job_id=job.id, outcome=outcome)
+        )
+
+    @workflow.signal(name=PING_SIGNAL)
+    def gate_ping(self) -> None:
+        """A gate checking that this job still runs: that the signal landed says so."""
+
+    @workflow.update(name=REQUEUE_UPDATE)
+    def requeue(self) -> Job:
+        """Re-queue a quarantined job of a group or target: same id, its attempts and
+        fail_history go on, with max_attempts more attempts."""
+        job = self._job
+        self._requeued = True
+        self._attempts_base = job.attempts
+        job.completed_at = None
+        job.worker_id = None
+        job.claimed_at = None
+        job.heartbeat_at = None
+        self._transition(JobStatus.PENDING, reason="requeued")
+        self._publish()
+        return job
+
+    @requeue.validator
+    def _validate_requeue(self) -> None:
+        if self._held and not self._requeued:
+            return
+        raise ApplicationError(
+            f"job is {self._job.status.value}; only a quarantined job of a group or "
+            "target can be re-queued",
+            self._job.status.value,
+            type=ErrorType.NOT_REQUEUEABLE,
+            non_retryable=True,
+        )
+
     @workflow.query(name=JOB_QUERY)
     def job(self) -> Job:
         """The job as read by the API."""
@@ -123,6 +389,8 @@ class JobWorkflow:
         job = self._job
         if report.attempt != self._attempt or self._cancelled:
             return
+        if report.attempt == self._recalled_attempt:
+            return  # recalled by a pause before this claim reached the job
         if job.status == JobStatus.PENDING:
             self._claim(report.attempt, report.worker_id, report.claimed_at)
         if report.phase == "running" and job.status == JobStatus.ASSIGNED:
@@ -203,7 +471,7 @@ class JobWorkflow:
         if details.log_tail is not None:
             job.log_tail = details.log_tail
         self._transition(JobStatus.FAILED, reason=reason)
-        if final or job.attempts >= job.max_attempts:
+        if final or job.attempts - self._attempts_base >= job.max_attempts:
             job.completed_at = now
             self._transition(JobStatus.QUARANTINED, reason=reason)
             raise ApplicationError(
@@ -259,6 +527,21 @@ class JobWorkflow:
             ]
         )
         workflow.upsert_memo({EVENTS_MEMO: events_memo(job)})
+
+
+async def _waited(condition: Callable[[], bool], limit: timedelta | None) -> bool:
+    """Wait for `condition`; False if `limit` passed first."""
+    try:
+        await workflow.wait_condition(condition, timeout=limit)
+    except asyncio.TimeoutError:  # noqa: UP041 - `TimeoutError` here is Temporal's
+        return False
+    return True
+
+
+def _not_started_in_time(err: ActivityError) -> bool:
+    """The attempt waited in the task queue past the job's deadline_at."""
+    cause = err.cause
+    return isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
 
 
 def _failure_details(err: ActivityError) -> AttemptFailureDetails:

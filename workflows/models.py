@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
 
 from workflows.errors import ErrorType
 
@@ -23,6 +32,14 @@ PRIORITY_LIMIT = 1_000_000
 CHECKSUM_PATTERN = re.compile(r"[0-9a-fA-F]{64}")
 SOLVER_URL_MAX_LEN = 2048
 WORKER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+# Group and pool names (they name a gate workflow and go into visibility queries).
+GATE_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
+# A target: `name` or `tenant/name`.
+TARGET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}(/[A-Za-z0-9][A-Za-z0-9._:@-]{0,63})?$"
+COST_UNITS_LIMIT = 1_000_000
+# Epoch milliseconds accepted for a time field: 2000-01-01 .. 2200-01-01.
+EPOCH_MS_MIN = 946_684_800_000
+EPOCH_MS_MAX = 7_258_118_400_000
 
 
 class ListOrder(StrEnum):
@@ -30,6 +47,38 @@ class ListOrder(StrEnum):
 
     RECENT = "recent"
     PRIORITY = "priority"
+
+
+def _epoch_ms(value: Any) -> Any:
+    """A time given as epoch milliseconds or as an ISO 8601 string with a zone."""
+    if isinstance(value, bool):
+        raise ValueError("must be epoch milliseconds or an ISO 8601 string with a zone")
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00", 1))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO 8601 time") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"{value!r} has no zone (add Z or +hh:mm)")
+        return int(parsed.timestamp() * 1000)
+    return value
+
+
+EpochMs = Annotated[
+    int, BeforeValidator(_epoch_ms), Field(strict=True, ge=EPOCH_MS_MIN, le=EPOCH_MS_MAX)
+]
+
+
+class WaitingFor(StrEnum):
+    """Why a pending job is not running yet (`Job.waiting_for`)."""
+
+    GROUP_PAUSED = "group_paused"
+    GROUP_LIMIT = "group_limit"
+    POOL_CAPACITY = "pool_capacity"
+    TARGET_BUSY = "target_busy"
+    TARGET_HALTED = "target_halted"
+    START_TIME = "start_time"
+    NO_WORKER = "no_worker"
 
 
 class JobStatus(StrEnum):
@@ -64,6 +113,27 @@ class JobSpec(BaseModel):
     max_runtime_ms: Annotated[int, Field(strict=True, ge=100, le=MAX_RUNTIME_MS_LIMIT)] = 300_000
     solver_url: Annotated[str | None, Field(max_length=SOLVER_URL_MAX_LEN)] = None
     solver_checksum: str | None = None
+    # Scheduling (docs/scheduling.md): a job with none of these takes the plain path.
+    group: Annotated[str | None, Field(pattern=GATE_KEY_PATTERN, description="Group gate")] = None
+    pool: Annotated[str | None, Field(pattern=GATE_KEY_PATTERN, description="Pool gate")] = None
+    cost_units: Annotated[int, Field(strict=True, ge=1, le=COST_UNITS_LIMIT)] = 1
+    target: Annotated[str | None, Field(pattern=TARGET_PATTERN, description="Serial target")] = None
+    earliest_start_at: EpochMs | None = None
+    deadline_at: EpochMs | None = None
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the job passes a gate or a clock (else: the plain path)."""
+        return any(
+            value is not None
+            for value in (
+                self.group,
+                self.pool,
+                self.target,
+                self.earliest_start_at,
+                self.deadline_at,
+            )
+        )
 
     @field_validator("params")
     @classmethod
@@ -95,6 +165,21 @@ class JobSpec(BaseModel):
     def _checksum_with_url(self) -> JobSpec:
         if self.solver_url is not None and self.solver_checksum is None:
             raise ValueError("solver_checksum is required when solver_url is given")
+        return self
+
+    @model_validator(mode="after")
+    def _scheduling(self) -> JobSpec:
+        if self.cost_units != 1 and self.pool is None:
+            raise ValueError("cost_units needs a pool (cost is counted against a pool)")
+        if (
+            self.deadline_at is not None
+            and self.earliest_start_at is not None
+            and self.deadline_at <= self.earliest_start_at
+        ):
+            raise ValueError("deadline_at must be after earliest_start_at")
+        if self.target is not None and "max_attempts" not in self.model_fields_set:
+            # A serial target halts on a failure: one attempt unless the submitter asks.
+            self.max_attempts = 1
         return self
 
 
@@ -170,6 +255,15 @@ class Job(BaseModel):
     )
     attempt: int = Field(default=0, description="Number of the current or last attempt")
     transitions: list[Transition] = Field(default_factory=list)
+    group: str | None = None
+    pool: str | None = None
+    cost_units: int = 1
+    target: str | None = None
+    earliest_start_at: int | None = None
+    deadline_at: int | None = None
+    waiting_for: WaitingFor | None = Field(
+        default=None, description="Why a pending job is not running yet"
+    )
 
     @property
     def cancelled(self) -> bool:
@@ -192,6 +286,9 @@ class JobInput(BaseModel):
     priority_key: int
     activity_task_queue: str
     heartbeat_timeout_ms: int
+    # A quarantined job of a group or target stays open this long for a re-queue
+    # (retry-failed, target resume); other jobs close at once.
+    requeue_hold_ms: int = 0
 
 
 def pending_job(inp: JobInput) -> Job:

@@ -50,3 +50,26 @@ def worker_workflow_id(worker_id: str) -> str:
 def attempt_activity_id(attempt: int) -> str:
     """Activity id of one attempt; a late report for another attempt is ignored."""
     return f"attempt-{attempt}"
+
+
+# -- GateWorkflow: one per group, pool or target (workflows/gate_workflow.py) ---------
+GATE_WORKFLOW = "GateWorkflow"
+ENQUEUE_SIGNAL = "enqueue"
+ACQUIRE_SIGNAL = "acquire"
+RELEASE_SIGNAL = "release"
+CONFIGURE_UPDATE = "configure"
+PAUSE_UPDATE = "pause"
+RESUME_UPDATE = "resume"
+GATE_QUERY = "gate"
+GATE_MEMO = "gate"
+# JobWorkflow's side of the lease protocol.
+GRANT_SIGNAL = "gate_grant"
+RECALL_SIGNAL = "gate_recall"
+REQUEUE_UPDATE = "requeue"
+PING_SIGNAL = "gate_ping"
+
+
+def gate_workflow_id(task_queue: str, kind: str, key: str) -> str:
+    """The gate of one group, pool or target of the deployment on `task_queue`."""
+    prefix = "jobforge-gate" if task_queue == "jobforge" else f"jobforge-gate@{task_queue}"
+    return f"{prefix}-{kind}-{key}"

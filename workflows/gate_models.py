@@ -1,0 +1,160 @@
+"""What the gates (groups, pools, serial targets) and the jobs passing them exchange.
+
+Stdlib and pydantic only, as workflows/models.py: the workflow sandbox, the API and the
+workers all import it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from workflows.models import WaitingFor
+from workflows.names import gate_workflow_id
+
+
+class GateKind(StrEnum):
+    """The three kinds of gate. A job passes its gates in this order."""
+
+    TARGET = "target"
+    GROUP = "group"
+    POOL = "pool"
+
+
+WAITING_FOR: dict[GateKind, WaitingFor] = {
+    GateKind.TARGET: WaitingFor.TARGET_BUSY,
+    GateKind.GROUP: WaitingFor.GROUP_LIMIT,
+    GateKind.POOL: WaitingFor.POOL_CAPACITY,
+}
+
+
+class GateRef(BaseModel):
+    """One gate a job passes: its kind, its key and its workflow id."""
+
+    kind: GateKind
+    key: str
+    workflow_id: str
+
+
+class GateRequest(BaseModel):
+    """A job asking a gate for a lease.
+
+    The API sends one (`ready=False`) before it starts the job, which fixes the job's
+    place in submission order; the job sends its own (`ready=True`) once it runs, which
+    proves it exists. Only a ready request is granted.
+    """
+
+    job_id: str
+    cost: int = 1
+    priority: int = 0
+    created_at: int
+    deadline_at: int | None = None
+    ready: bool = False
+
+
+ReleaseOutcome = Literal["completed", "failed", "quarantined", "cancelled", "recalled", "kept"]
+
+
+class GateRelease(BaseModel):
+    """A job giving its lease back (or withdrawing its request), and how it ended.
+    `kept` answers a recall: the job was already assigned, it keeps its lease."""
+
+    job_id: str
+    outcome: ReleaseOutcome
+
+
+class GateGrant(BaseModel):
+    """A gate's lease, sent to the job (`gate_grant` signal)."""
+
+    workflow_id: str
+    # A group's fairness weight at the time of the grant (dispatch by weight).
+    weight: float | None = None
+
+
+class GateSettings(BaseModel):
+    """A gate's settings, changed at runtime by the `configure` update."""
+
+    # group
+    paused: bool = False
+    max_parallel: int | None = None
+    weight: float = 1.0
+    # pool
+    capacity: int = 100
+    aging_step_s: float = 60.0
+    deadline_urgency_s: float = 60.0
+    # target
+    halted: bool = False
+    halted_by: str | None = None
+    # every kind: a holder not heard from for this long is pinged (a terminated job's
+    # lease is dropped then); the history length that continues the gate as new
+    ping_after_s: float = 300.0
+    history_limit: int = 2_000
+
+
+class GatePatch(BaseModel):
+    """A change of settings: only the fields set are applied (`max_parallel: null`
+    lifts a group's limit)."""
+
+    max_parallel: int | None = None
+    weight: float | None = None
+    capacity: int | None = None
+
+
+class TargetResume(BaseModel):
+    """Resume a halted target: re-queue the halting job first, or skip it."""
+
+    job: Literal["retry", "skip"] = "retry"
+
+
+class Waiter(BaseModel):
+    """A queued request and when it reached the gate (workflow time, ms)."""
+
+    request: GateRequest
+    seq: int
+    enqueued_at: int
+
+
+class Holder(Waiter):
+    """A granted lease (its request and queue place kept: a recall puts it back)."""
+
+    granted_at: int
+    # Workflow time of the last proof of life (grant, or an answered ping).
+    seen_at: int
+
+
+class GateInput(BaseModel):
+    """GateWorkflow's input, and what it carries across continue-as-new."""
+
+    kind: GateKind
+    key: str
+    settings: GateSettings = Field(default_factory=GateSettings)
+    waiters: list[Waiter] = Field(default_factory=list)
+    holders: list[Holder] = Field(default_factory=list)
+    seq: int = 0
+
+
+class GateView(BaseModel):
+    """A gate as read: its settings, its leases and its queue (`gate` query and memo)."""
+
+    kind: GateKind
+    key: str
+    settings: GateSettings
+    in_use: int = Field(description="Cost units (pools) or jobs (groups, targets) leased")
+    holders: list[str]
+    waiting: int
+    head: str | None = Field(description="The job to be granted next")
+
+
+def job_gates(
+    task_queue: str, *, target: str | None, group: str | None, pool: str | None
+) -> list[GateRef]:
+    """The gates a job passes, in the order it acquires them (target, group, pool:
+    one order everywhere, so two jobs never wait on each other's leases)."""
+    keys = ((GateKind.TARGET, target), (GateKind.GROUP, group), (GateKind.POOL, pool))
+    return [
+        GateRef(kind=kind, key=key, workflow_id=gate_workflow_id(task_queue, kind.value, key))
+        for kind, key in keys
+        if key is not None
+    ]

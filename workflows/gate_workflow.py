@@ -1,0 +1,338 @@
+"""GateWorkflow: one per group, pool or serial target; it grants leases to jobs.
+
+Temporal has no concurrency cap, cost accounting or serial order across workers
+(docs/scheduling.md), so each gate key is a small entity workflow that holds that state:
+a queue of requests and the leases it granted. A job asks by signal, is answered by a
+`gate_grant` signal, and gives its lease back by signal when it ends, whatever ends it.
+A holder that vanished (its workflow terminated) is found by a periodic ping whose
+signal fails, so no fault keeps capacity held for good.
+
+The gate mirrors its view into its memo (lists read visibility, not the workflow) and
+continues as new when its history grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.gate_models import (
+        GateGrant,
+        GateInput,
+        GateKind,
+        GatePatch,
+        GateRelease,
+        GateRequest,
+        GateView,
+        Holder,
+        TargetResume,
+        Waiter,
+    )
+    from workflows.names import (
+        ACQUIRE_SIGNAL,
+        CONFIGURE_UPDATE,
+        ENQUEUE_SIGNAL,
+        GATE_MEMO,
+        GATE_QUERY,
+        GATE_WORKFLOW,
+        GRANT_SIGNAL,
+        PAUSE_UPDATE,
+        PING_SIGNAL,
+        RECALL_SIGNAL,
+        RELEASE_SIGNAL,
+        RESUME_UPDATE,
+    )
+
+# A request the API queued for a job that never asked itself (the API died between
+# queueing it and starting the job) is dropped after this long.
+UNREADY_TTL_MS = 60_000
+# How long a pause waits for the jobs it recalled to answer.
+RECALL_WAIT = timedelta(seconds=30)
+
+
+def _now_ms() -> int:
+    return int(workflow.now().timestamp() * 1000)
+
+
+@workflow.defn(name=GATE_WORKFLOW)
+class GateWorkflow:
+    """A group (pause, max_parallel, weight), a pool (capacity in cost units, aging,
+    deadline urgency) or a target (one job at a time, in order, halts on a failure)."""
+
+    @workflow.init
+    def __init__(self, inp: GateInput) -> None:
+        self._kind = inp.kind
+        self._key = inp.key
+        self._settings = inp.settings
+        self._waiters: dict[str, Waiter] = {w.request.job_id: w for w in inp.waiters}
+        self._holders: dict[str, Holder] = {h.request.job_id: h for h in inp.holders}
+        self._seq = inp.seq
+        self._dirty = True
+        self._unanswered: set[str] = set()
+        self._sending: set[asyncio.Task[None]] = set()
+
+    @workflow.run
+    async def run(self, inp: GateInput) -> None:  # noqa: ARG002 - read in __init__
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self._dirty or self._should_continue(), timeout=self._next_wake()
+                )
+            self._dirty = False
+            now = _now_ms()
+            self._expire(now)
+            self._grant(now)
+            self._ping(now)
+            workflow.upsert_memo({GATE_MEMO: self.gate().model_dump(mode="json")})
+            if self._should_continue():
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished() and not self._sending
+                )
+                workflow.continue_as_new(self._carry())
+
+    # -- what jobs send ------------------------------------------------------------
+
+    @workflow.signal(name=ENQUEUE_SIGNAL)
+    def enqueue(self, request: GateRequest) -> None:
+        """The API fixes a job's place in submission order before starting it."""
+        self._add(request)
+
+    @workflow.signal(name=ACQUIRE_SIGNAL)
+    def acquire(self, request: GateRequest) -> None:
+        """A running job asks for its lease (again, after a recall or a re-queue)."""
+        job_id = request.job_id
+        if job_id in self._holders:
+            self._send(job_id, GRANT_SIGNAL, self._grant_for())
+            return
+        front = self._kind == GateKind.TARGET and self._settings.halted_by == job_id
+        if front:
+            # The job that halted this target was re-queued: it goes first.
+            self._settings.halted = False
+            self._settings.halted_by = None
+        self._add(request.model_copy(update={"ready": True}), front=front)
+
+    @workflow.signal(name=RELEASE_SIGNAL)
+    def release(self, release: GateRelease) -> None:
+        """A job gives its lease back or withdraws its request (or answers a recall)."""
+        job_id = release.job_id
+        self._unanswered.discard(job_id)
+        if release.outcome == "kept":
+            return
+        holder = self._holders.pop(job_id, None)
+        if release.outcome == "recalled" and holder is not None:
+            self._waiters[job_id] = Waiter(
+                request=holder.request, seq=holder.seq, enqueued_at=holder.enqueued_at
+            )
+        else:
+            self._waiters.pop(job_id, None)
+        if (
+            self._kind == GateKind.TARGET
+            and holder is not None
+            and release.outcome in ("quarantined", "failed")
+        ):
+            self._settings.halted = True
+            self._settings.halted_by = job_id
+        self._dirty = True
+
+    # -- what operators send -------------------------------------------------------
+
+    @workflow.update(name=CONFIGURE_UPDATE)
+    def configure(self, patch: GatePatch) -> GateView:
+        """Change max_parallel or weight (groups) or capacity (pools), at once."""
+        fields = patch.model_fields_set
+        if "max_parallel" in fields:
+            self._settings.max_parallel = patch.max_parallel
+        if "weight" in fields and patch.weight is not None:
+            self._settings.weight = patch.weight
+        if "capacity" in fields and patch.capacity is not None:
+            self._settings.capacity = patch.capacity
+        self._dirty = True
+        return self.gate()
+
+    @workflow.update(name=PAUSE_UPDATE)
+    async def pause(self) -> GateView:
+        """Grant nothing until resumed. Leases granted but not yet claimed are recalled;
+        the answer comes once every holder has answered, so no job of this gate is
+        assigned after it."""
+        self._settings.paused = True
+        self._dirty = True
+        recalled = set(self._holders) - self._unanswered
+        self._unanswered |= recalled
+        for job_id in sorted(recalled):
+            self._send(job_id, RECALL_SIGNAL, workflow.info().workflow_id)
+        try:
+            await workflow.wait_condition(
+                lambda: not (self._unanswered & set(self._holders)), timeout=RECALL_WAIT
+            )
+        except TimeoutError:
+            workflow.logger.warning("pause: %d holder(s) did not answer", len(self._unanswered))
+        return self.gate()
+
+    @workflow.update(name=RESUME_UPDATE)
+    def resume(self, how: TargetResume) -> GateView:
+        """Resume a paused group, or a halted target (`skip`: leave its halting job as it
+        is; a `retry` re-queues that job, whose own request then lifts the halt)."""
+        self._settings.paused = False
+        if how.job == "skip":
+            self._settings.halted = False
+            self._settings.halted_by = None
+        self._dirty = True
+        return self.gate()
+
+    @workflow.query(name=GATE_QUERY)
+    def gate(self) -> GateView:
+        """The gate as read."""
+        head = self._order(_now_ms())
+        return GateView(
+            kind=self._kind,
+            key=self._key,
+            settings=self._settings,
+            in_use=self._in_use(),
+            holders=sorted(self._holders),
+            waiting=len(self._waiters),
+            head=head[0].request.job_id if head else None,
+        )
+
+    # -- the decisions -------------------------------------------------------------
+
+    def _add(self, request: GateRequest, front: bool = False) -> None:
+        job_id = request.job_id
+        if job_id in self._holders:
+            return
+        waiting = self._waiters.get(job_id)
+        if waiting is not None:
+            if request.ready and not waiting.request.ready:
+                waiting.request = request
+            if front:
+                waiting.seq = self._front_seq()
+        else:
+            self._seq += 1
+            seq = self._front_seq() if front else self._seq
+            self._waiters[job_id] = Waiter(request=request, seq=seq, enqueued_at=_now_ms())
+        self._dirty = True
+
+    def _front_seq(self) -> int:
+        return min((w.seq for w in self._waiters.values()), default=self._seq) - 1
+
+    def _in_use(self) -> int:
+        if self._kind == GateKind.POOL:
+            return sum(h.request.cost for h in self._holders.values())
+        return len(self._holders)
+
+    def _order(self, now: int) -> list[Waiter]:
+        """The waiters in the order this gate grants them."""
+        waiters = list(self._waiters.values())
+        if self._kind == GateKind.TARGET:
+            return sorted(waiters, key=lambda w: w.seq)
+        if self._kind == GateKind.GROUP:
+            return sorted(waiters, key=lambda w: (-w.request.priority, w.seq))
+        step_ms = max(1.0, self._settings.aging_step_s * 1000)
+        urgency_ms = self._settings.deadline_urgency_s * 1000
+
+        def rank(w: Waiter) -> tuple[int, int, int, int]:
+            deadline = w.request.deadline_at
+            urgent = deadline is not None and deadline - now <= urgency_ms
+            aged = w.request.priority + int((now - w.enqueued_at) // step_ms)
+            return (0 if urgent else 1, (deadline or 0) if urgent else 0, -aged, w.seq)
+
+        return sorted(waiters, key=rank)
+
+    def _grant(self, now: int) -> None:
+        settings = self._settings
+        if settings.paused or settings.halted:
+            return
+        for waiter in self._order(now):
+            request = waiter.request
+            if self._kind == GateKind.TARGET:
+                if self._holders or not request.ready:
+                    return  # strictly in order: the head waits for its job to ask
+            elif self._kind == GateKind.GROUP:
+                limit = settings.max_parallel
+                if limit is not None and len(self._holders) >= limit:
+                    return
+                if not request.ready:
+                    continue
+            else:
+                if request.cost > settings.capacity:
+                    continue  # can never fit at this capacity: it reserves nothing
+                if request.cost > settings.capacity - self._in_use():
+                    return  # the head reserves what frees up: small jobs don't starve it
+                if not request.ready:
+                    continue
+            del self._waiters[request.job_id]
+            self._holders[request.job_id] = Holder(
+                **waiter.model_dump(), granted_at=now, seen_at=now
+            )
+            self._send(request.job_id, GRANT_SIGNAL, self._grant_for())
+            self._dirty = True
+
+    def _grant_for(self) -> GateGrant:
+        weight = self._settings.weight if self._kind == GateKind.GROUP else None
+        return GateGrant(workflow_id=workflow.info().workflow_id, weight=weight)
+
+    def _expire(self, now: int) -> None:
+        for job_id, waiter in list(self._waiters.items()):
+            if not waiter.request.ready and now - waiter.enqueued_at >= UNREADY_TTL_MS:
+                workflow.logger.info("dropping %s: its job never asked", job_id)
+                del self._waiters[job_id]
+
+    def _ping(self, now: int) -> None:
+        for job_id, holder in self._holders.items():
+            if now - holder.seen_at >= self._ping_after_ms():
+                holder.seen_at = now
+                self._send(job_id, PING_SIGNAL, None)
+
+    def _next_wake(self) -> timedelta | None:
+        times = [
+            w.enqueued_at + UNREADY_TTL_MS for w in self._waiters.values() if not w.request.ready
+        ]
+        times += [h.seen_at + self._ping_after_ms() for h in self._holders.values()]
+        if not times:
+            return None
+        return timedelta(milliseconds=max(1000, min(times) - _now_ms()))
+
+    def _should_continue(self) -> bool:
+        info = workflow.info()
+        limit = self._settings.history_limit
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() > limit
+
+    def _ping_after_ms(self) -> int:
+        return int(self._settings.ping_after_s * 1000)
+
+    def _carry(self) -> GateInput:
+        return GateInput(
+            kind=self._kind,
+            key=self._key,
+            settings=self._settings,
+            waiters=list(self._waiters.values()),
+            holders=list(self._holders.values()),
+            seq=self._seq,
+        )
+
+    # -- signals out ---------------------------------------------------------------
+
+    def _send(self, job_id: str, signal: str, arg: object) -> None:
+        """Signal a job without blocking the decision; a job that no longer runs loses
+        its lease or its place."""
+        task = asyncio.create_task(self._signal(job_id, signal, arg))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _signal(self, job_id: str, signal: str, arg: object) -> None:
+        handle = workflow.get_external_workflow_handle(job_id)
+        try:
+            if arg is None:
+                await handle.signal(signal)
+            else:
+                await handle.signal(signal, arg)
+        except FailureError as err:
+            workflow.logger.info("job %s is gone (%s): its lease is dropped", job_id, err)
+            self._holders.pop(job_id, None)
+            self._waiters.pop(job_id, None)
+            self._unanswered.discard(job_id)
+            self._dirty = True
