@@ -62,8 +62,8 @@ class Gates:
 
     async def enqueue(self, job_id: str, spec: JobSpec, created_at: int) -> None:
         """Fix the job's place at each of its gates, starting a gate that does not run
-        yet (signal-with-start). Called before the job starts, so the gates see jobs in
-        submission order."""
+        yet (signal-with-start). Called right after the job starts and before the
+        submission is answered, so each gate sees jobs in submission order."""
         request = GateRequest(
             job_id=job_id,
             cost=spec.cost_units,

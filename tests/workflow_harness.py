@@ -174,8 +174,8 @@ class Harness:
         requeue_hold_ms: int = 0,
         gates: Gates | None = None,
     ) -> JobHandle:
-        """Start a job as the API does (its input and initial search attributes; the
-        API's gate requests are the caller's)."""
+        """Start a job as the API does: its input and initial search attributes, then
+        its place at its gates."""
         if spec is None:
             spec = JobSpec(
                 type="in-process", max_attempts=max_attempts, max_runtime_ms=max_runtime_ms
@@ -190,8 +190,6 @@ class Harness:
             heartbeat_timeout_ms=heartbeat_timeout_ms,
             requeue_hold_ms=requeue_hold_ms,
         )
-        if gates is not None:
-            await gates.enqueue(inp.id, spec, created)
         handle = await self.client.start_workflow(
             JobWorkflow.run,
             inp,
@@ -199,6 +197,8 @@ class Harness:
             task_queue=self.task_queue,
             search_attributes=search_attributes.at_submit(spec.type, spec.priority, created),
         )
+        if gates is not None:
+            await gates.enqueue(inp.id, spec, created)
         self.handles.append(handle)
         return handle
 

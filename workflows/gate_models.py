@@ -11,7 +11,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from workflows.models import WaitingFor
 from workflows.names import gate_workflow_id
 
 
@@ -21,13 +20,6 @@ class GateKind(StrEnum):
     TARGET = "target"
     GROUP = "group"
     POOL = "pool"
-
-
-WAITING_FOR: dict[GateKind, WaitingFor] = {
-    GateKind.TARGET: WaitingFor.TARGET_BUSY,
-    GateKind.GROUP: WaitingFor.GROUP_LIMIT,
-    GateKind.POOL: WaitingFor.POOL_CAPACITY,
-}
 
 
 class GateRef(BaseModel):
@@ -114,14 +106,14 @@ class Waiter(BaseModel):
     request: GateRequest
     seq: int
     enqueued_at: int
+    # Workflow time of the last proof of life (grant, or an answered ping).
+    seen_at: int | None = None
 
 
 class Holder(Waiter):
     """A granted lease (its request and queue place kept: a recall puts it back)."""
 
     granted_at: int
-    # Workflow time of the last proof of life (grant, or an answered ping).
-    seen_at: int
 
 
 class GateInput(BaseModel):
@@ -133,6 +125,7 @@ class GateInput(BaseModel):
     waiters: list[Waiter] = Field(default_factory=list)
     holders: list[Holder] = Field(default_factory=list)
     seq: int = 0
+    released: list[str] = Field(default_factory=list)
 
 
 class GateView(BaseModel):

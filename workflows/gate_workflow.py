@@ -48,9 +48,12 @@ with workflow.unsafe.imports_passed_through():
         RESUME_UPDATE,
     )
 
-# A request the API queued for a job that never asked itself (the API died between
-# queueing it and starting the job) is dropped after this long.
+# A request the API queued for a job that has not asked itself after this long (it
+# waits at an earlier gate, or it is gone) is pinged; a failed ping drops it.
 UNREADY_TTL_MS = 60_000
+# Jobs that gave their lease back lately: a repeated submission (same Idempotency-Key)
+# queues them again, which is ignored.
+RELEASED_KEEP = 500
 # How long a pause waits for the jobs it recalled to answer.
 RECALL_WAIT = timedelta(seconds=30)
 
@@ -72,6 +75,7 @@ class GateWorkflow:
         self._waiters: dict[str, Waiter] = {w.request.job_id: w for w in inp.waiters}
         self._holders: dict[str, Holder] = {h.request.job_id: h for h in inp.holders}
         self._seq = inp.seq
+        self._released = list(inp.released)
         self._dirty = True
         self._unanswered: set[str] = set()
         self._sending: set[asyncio.Task[None]] = set()
@@ -85,7 +89,6 @@ class GateWorkflow:
                 )
             self._dirty = False
             now = _now_ms()
-            self._expire(now)
             self._grant(now)
             self._ping(now)
             workflow.upsert_memo({GATE_MEMO: self.gate().model_dump(mode="json")})
@@ -99,8 +102,10 @@ class GateWorkflow:
 
     @workflow.signal(name=ENQUEUE_SIGNAL)
     def enqueue(self, request: GateRequest) -> None:
-        """The API fixes a job's place in submission order before starting it."""
-        self._add(request)
+        """The API fixes a job's place in submission order right after starting it (the
+        job's own request may come first; either keeps the place)."""
+        if request.job_id not in self._released:
+            self._add(request)
 
     @workflow.signal(name=ACQUIRE_SIGNAL)
     def acquire(self, request: GateRequest) -> None:
@@ -124,6 +129,8 @@ class GateWorkflow:
         if release.outcome == "kept":
             return
         holder = self._holders.pop(job_id, None)
+        if release.outcome != "recalled":
+            self._released = [*self._released[-(RELEASED_KEEP - 1) :], job_id]
         if release.outcome == "recalled" and holder is not None:
             self._waiters[job_id] = Waiter(
                 request=holder.request, seq=holder.seq, enqueued_at=holder.enqueued_at
@@ -266,7 +273,7 @@ class GateWorkflow:
                     continue
             del self._waiters[request.job_id]
             self._holders[request.job_id] = Holder(
-                **waiter.model_dump(), granted_at=now, seen_at=now
+                **waiter.model_dump(exclude={"seen_at"}), granted_at=now, seen_at=now
             )
             self._send(request.job_id, GRANT_SIGNAL, self._grant_for())
             self._dirty = True
@@ -275,23 +282,25 @@ class GateWorkflow:
         weight = self._settings.weight if self._kind == GateKind.GROUP else None
         return GateGrant(workflow_id=workflow.info().workflow_id, weight=weight)
 
-    def _expire(self, now: int) -> None:
-        for job_id, waiter in list(self._waiters.items()):
-            if not waiter.request.ready and now - waiter.enqueued_at >= UNREADY_TTL_MS:
-                workflow.logger.info("dropping %s: its job never asked", job_id)
-                del self._waiters[job_id]
+    def _checked(self) -> list[Waiter]:
+        """Holders, and requests whose job has not asked itself: each is pinged now and
+        then, and a job that no longer runs loses its lease or its place."""
+        unready = [w for w in self._waiters.values() if not w.request.ready]
+        return [*self._holders.values(), *unready]
+
+    def _ping_due(self, waiter: Waiter) -> int:
+        if waiter.seen_at is None:
+            return waiter.enqueued_at + UNREADY_TTL_MS
+        return waiter.seen_at + self._ping_after_ms()
 
     def _ping(self, now: int) -> None:
-        for job_id, holder in self._holders.items():
-            if now - holder.seen_at >= self._ping_after_ms():
-                holder.seen_at = now
-                self._send(job_id, PING_SIGNAL, None)
+        for waiter in self._checked():
+            if now >= self._ping_due(waiter):
+                waiter.seen_at = now
+                self._send(waiter.request.job_id, PING_SIGNAL, None)
 
     def _next_wake(self) -> timedelta | None:
-        times = [
-            w.enqueued_at + UNREADY_TTL_MS for w in self._waiters.values() if not w.request.ready
-        ]
-        times += [h.seen_at + self._ping_after_ms() for h in self._holders.values()]
+        times = [self._ping_due(waiter) for waiter in self._checked()]
         if not times:
             return None
         return timedelta(milliseconds=max(1000, min(times) - _now_ms()))
@@ -312,6 +321,7 @@ class GateWorkflow:
             waiters=list(self._waiters.values()),
             holders=list(self._holders.values()),
             seq=self._seq,
+            released=self._released,
         )
 
     # -- signals out ---------------------------------------------------------------

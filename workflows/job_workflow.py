@@ -29,16 +29,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes
     from workflows.errors import AttemptFailureDetails, ErrorType, Failure
     from workflows.gate_models import (
-        WAITING_FOR,
         GateGrant,
         GateInput,
         GateRef,
         GateRelease,
         GateRequest,
+        GateSettings,
         ReleaseOutcome,
         job_gates,
     )
     from workflows.models import (
+        WAITING_AT,
         AttemptReport,
         AttemptResult,
         FailRecord,
@@ -102,6 +103,7 @@ class JobWorkflow:
         self._deadline_hit = False
         self._held = False
         self._requeued = False
+        self._gate_defaults = inp.gate_defaults
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
@@ -234,7 +236,7 @@ class JobWorkflow:
             if gate.workflow_id not in self._asked:
                 self._asked.add(gate.workflow_id)
                 await self._signal_gate(gate, ACQUIRE_SIGNAL, self._gate_request())
-            job.waiting_for = WAITING_FOR[gate.kind]
+            job.waiting_for = WAITING_AT[gate.kind]
             left = self._time_to_deadline()
             if left is not None and left <= timedelta(0):
                 self._deadline_hit = True
@@ -283,7 +285,9 @@ class JobWorkflow:
         with contextlib.suppress(FailureError):  # started meanwhile by someone else
             await workflow.start_child_workflow(
                 GATE_WORKFLOW,
-                GateInput(kind=gate.kind, key=gate.key),
+                GateInput(
+                    kind=gate.kind, key=gate.key, settings=self._gate_defaults or GateSettings()
+                ),
                 id=gate.workflow_id,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
             )

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from workflows.errors import ErrorType
+from workflows.gate_models import GateKind, GateSettings
 
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PARAMS_MAX_BYTES = 64 * 1024
@@ -79,6 +80,14 @@ class WaitingFor(StrEnum):
     TARGET_HALTED = "target_halted"
     START_TIME = "start_time"
     NO_WORKER = "no_worker"
+
+
+# What a job waits for while it waits at a gate of each kind.
+WAITING_AT: dict[GateKind, WaitingFor] = {
+    GateKind.TARGET: WaitingFor.TARGET_BUSY,
+    GateKind.GROUP: WaitingFor.GROUP_LIMIT,
+    GateKind.POOL: WaitingFor.POOL_CAPACITY,
+}
 
 
 class JobStatus(StrEnum):
@@ -289,6 +298,8 @@ class JobInput(BaseModel):
     # A quarantined job of a group or target stays open this long for a re-queue
     # (retry-failed, target resume); other jobs close at once.
     requeue_hold_ms: int = 0
+    # The settings a gate this job passes starts with, should the job start it.
+    gate_defaults: GateSettings | None = None
 
 
 def pending_job(inp: JobInput) -> Job:
