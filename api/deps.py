@@ -15,6 +15,7 @@ from temporalio.client import Client
 
 from api.agent_bridge import Bridge
 from api.event_feed import EventFeed
+from api.gate_service import GateService
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
@@ -36,6 +37,7 @@ class Services:
     bridge: Bridge
     workers: WorkerDirectory
     feed: EventFeed
+    gates: GateService
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ def _services(request: Request) -> Services:
 def get_jobs(request: Request) -> JobService:
     """The job service."""
     return _services(request).jobs
+
+
+def get_gates(request: Request) -> GateService:
+    """Groups, pools and targets."""
+    return _services(request).gates
 
 
 def get_views(request: Request) -> JobViews:
@@ -89,6 +96,7 @@ def get_config(request: Request) -> Config:
 
 
 JobsDep = Annotated[JobService, Depends(get_jobs)]
+GatesDep = Annotated[GateService, Depends(get_gates)]
 ViewsDep = Annotated[JobViews, Depends(get_views)]
 BridgeDep = Annotated[Bridge, Depends(get_bridge)]
 WorkersDep = Annotated[WorkerDirectory, Depends(get_workers)]

@@ -16,6 +16,7 @@ from starlette.routing import Match, Route
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import (
+    GroupNotFound,
     InvalidField,
     JobConflict,
     JobforgeError,
@@ -39,6 +40,7 @@ RETRY_AFTER = {"Retry-After": "1"}
 STATUS: dict[type[JobforgeError], int] = {
     InvalidField: 422,
     JobNotFound: 404,
+    GroupNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,
     TemporalUnavailable: 503,

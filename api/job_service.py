@@ -30,6 +30,7 @@ from api.settings import ApiSettings
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.directory import known_job_types, register_job_type
+from engine.gates import Gates
 from engine.solver_urls import SolverUrlRefused, SolverUrlSettings, check_host, url_problem
 from workflows import search_attributes
 from workflows.errors import (
@@ -87,8 +88,10 @@ class JobService:
         temporal: TemporalSettings,
         settings: ApiSettings,
         solver_urls: SolverUrlSettings,
+        gates: Gates,
     ) -> None:
         self._client = client
+        self._gates = gates
         self._temporal = temporal
         self._settings = settings
         self._solver_urls = solver_urls
@@ -105,6 +108,10 @@ class JobService:
             await self._check_solver_url(spec.solver_url)
         job_id = job_id_for_key(idempotency_key) if idempotency_key else uuid.uuid4().hex
         created = now_ms()
+        if spec.deadline_at is not None and spec.deadline_at <= created:
+            raise InvalidField("deadline_at", "is in the past")
+        gated = spec.group is not None or spec.pool is not None or spec.target is not None
+        holds = spec.group is not None or spec.target is not None
         inp = JobInput(
             id=job_id,
             spec=spec,
@@ -112,6 +119,8 @@ class JobService:
             priority_key=priority_key(spec.priority, self._settings.thresholds),
             activity_task_queue=self._temporal.activity_queue(spec.type),
             heartbeat_timeout_ms=int(self._settings.heartbeat_timeout_s * 1000),
+            requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
+            gate_defaults=self._settings.gate_defaults() if gated else None,
         )
         job = pending_job(inp)
         start = self._client.start_workflow(
@@ -119,7 +128,14 @@ class JobService:
             inp,
             id=job_id,
             task_queue=self._temporal.task_queue,
-            search_attributes=search_attributes.at_submit(spec.type, spec.priority, created),
+            search_attributes=search_attributes.at_submit(
+                spec.type,
+                spec.priority,
+                created,
+                group=spec.group,
+                pool=spec.pool,
+                target=spec.target,
+            ),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=f"{spec.type} job",
@@ -130,6 +146,11 @@ class JobService:
         except WorkflowAlreadyStartedError:
             if not idempotency_key:
                 raise
+        else:
+            if gated and (spec.earliest_start_at is None or spec.earliest_start_at <= created):
+                # Its place at each gate, in submission order (a job with a start time
+                # takes its place when that time comes).
+                await self._gates.enqueue(job_id, spec, created)
         if idempotency_key:
             existing = await self.get(job_id)
             if JobSpec.model_validate(existing.model_dump(include=SPEC_FIELDS)) != spec:

@@ -18,13 +18,15 @@ from api import errors, openapi
 from api.agent_bridge import Bridge
 from api.deps import Config, Services
 from api.event_feed import EventFeed, FeedSettings
+from api.gate_service import GateService
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
-from api.routes import agents, dashboard, events, health, jobs, metrics, workers
+from api.routes import agents, dashboard, events, health, jobs, metrics, scheduling, workers
 from api.settings import ApiSettings
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
+from engine.gates import Gates
 from engine.solver_urls import SolverUrlSettings
 from engine.tracing import start_tracing
 
@@ -70,7 +72,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
-        job_service = JobService(client, temporal, settings, solver_urls)
+        gates = Gates(client, temporal.task_queue, settings.gate_defaults())
+        job_service = JobService(client, temporal, settings, solver_urls, gates)
         feed = EventFeed(
             client,
             job_service,
@@ -84,6 +87,7 @@ def create_app(
             bridge=Bridge(client, temporal, job_service),
             workers=WorkerDirectory(client, temporal, settings.heartbeat_timeout_s),
             feed=feed,
+            gates=GateService(client, temporal, gates, job_service.cancel),
         )
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
         yield
@@ -99,7 +103,7 @@ def create_app(
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)
-    for module in (health, metrics, dashboard, events, workers, agents, jobs):
+    for module in (health, metrics, dashboard, events, workers, agents, jobs, scheduling):
         app.include_router(module.router)
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.

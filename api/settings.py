@@ -8,6 +8,9 @@ import secrets
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workflows.gate_models import GateSettings
+from workflows.models import COST_UNITS_LIMIT
+
 # Descending lower bounds: priority >= 10 → key 1, >= 1 → 2, >= 0 → 3 (the default),
 # >= -9 → 4, below → 5.
 DEFAULT_PRIORITY_THRESHOLDS = "10,1,0,-9"
@@ -38,6 +41,19 @@ class ApiSettings(BaseSettings):
     temporal_retry_ms: int = Field(
         default=2000, ge=0, le=60_000, validation_alias="API_TEMPORAL_RETRY_MS"
     )
+    # Scheduling (docs/scheduling.md).
+    pool_default_capacity: int = Field(
+        default=100, ge=0, le=COST_UNITS_LIMIT, validation_alias="POOL_DEFAULT_CAPACITY"
+    )
+    pool_aging_step_s: float = Field(default=60.0, gt=0, validation_alias="POOL_AGING_STEP_S")
+    pool_deadline_urgency_s: float = Field(
+        default=60.0, ge=0, validation_alias="POOL_DEADLINE_URGENCY_S"
+    )
+    # A quarantined job of a group or target stays re-queueable this long.
+    requeue_hold_s: float = Field(
+        default=7 * 24 * 3600.0, ge=0, le=365 * 24 * 3600.0, validation_alias="JOB_REQUEUE_HOLD_S"
+    )
+    gate_ping_s: float = Field(default=300.0, ge=1, validation_alias="GATE_PING_S")
 
     @field_validator("priority_thresholds")
     @classmethod
@@ -46,6 +62,15 @@ class ApiSettings(BaseSettings):
         if not bounds or bounds != sorted(bounds, reverse=True) or len(set(bounds)) != len(bounds):
             raise ValueError("JOB_PRIORITY_THRESHOLDS must be distinct integers, descending")
         return value
+
+    def gate_defaults(self) -> GateSettings:
+        """The settings a new group, pool or target starts with."""
+        return GateSettings(
+            capacity=self.pool_default_capacity,
+            aging_step_s=self.pool_aging_step_s,
+            deadline_urgency_s=self.pool_deadline_urgency_s,
+            ping_after_s=self.gate_ping_s,
+        )
 
     @property
     def thresholds(self) -> tuple[int, ...]:

@@ -129,6 +129,13 @@ class JobNotFound(JobforgeError):  # noqa: N818 - the domain's own words
         super().__init__(f"job {job_id} not found", id=job_id)
 
 
+class GroupNotFound(JobforgeError):  # noqa: N818 - the domain's own words
+    """No job ever named this group, and no setting was made for it."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"group {group} not found", group=group)
+
+
 class JobConflict(JobforgeError):  # noqa: N818 - the domain's own words
     """The request conflicts with the job's state or an earlier request."""
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from api.deps import Authorized, JobsDep, MetricsDep
+from api.deps import Authorized, GatesDep, JobsDep, MetricsDep
 from api.job_service import LIST_LIMIT_MAX
 from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus, ListOrder
 
@@ -108,9 +108,10 @@ async def list_jobs(
 
 
 @router.get("/{job_id:job_id}", response_model=Job)
-async def get_job(job_id: JobId, jobs: JobsDep) -> Job:
-    """One job with its attempts, fail_history and transitions."""
-    return await jobs.get(job_id)
+async def get_job(job_id: JobId, jobs: JobsDep, gates: GatesDep) -> Job:
+    """One job with its attempts, fail_history and transitions; a pending one says what
+    it waits for (`waiting_for`)."""
+    return await gates.explain(await jobs.get(job_id))
 
 
 @router.delete(

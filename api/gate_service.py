@@ -1,0 +1,317 @@
+"""Groups, pools and serial targets as the REST API shows and changes them
+(docs/scheduling.md). A gate's settings and leases come from its workflow; job counts
+come from visibility (a bounded number of counts per gate)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from pydantic import BaseModel, Field
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api import visibility
+from engine.connection import TemporalSettings
+from engine.gates import Gates
+from workflows.errors import ErrorType, GroupNotFound, JobConflict, JobNotFound
+from workflows.gate_models import GateKind, GatePatch, GateView, TargetResume
+from workflows.models import COST_UNITS_LIMIT, Job, JobStatus, WaitingFor
+from workflows.names import GATE_MEMO, GATE_WORKFLOW, REQUEUE_UPDATE
+from workflows.search_attributes import job_filter
+
+# A page of gates listed at once (`GET /api/groups`, `GET /api/pools`).
+GATES_LIST_MAX = 200
+# Jobs one retry-failed or cancel acts on per call (it answers which ones).
+GROUP_ACTION_MAX = 1000
+# How long "a live worker polls this type's queue" is reused.
+SERVED_TTL_S = 5.0
+# A poller seen this recently serves the queue (Temporal drops idle pollers later).
+POLLER_FRESH_S = 90.0
+CONCURRENCY = 16
+
+ACTIVE = (JobStatus.ASSIGNED.value, JobStatus.RUNNING.value)
+
+
+class GroupView(BaseModel):
+    """`GET /api/groups/{group}`."""
+
+    group: str
+    paused: bool
+    max_parallel: int | None
+    weight: float
+    counts: dict[str, int]
+
+
+class GroupPatch(BaseModel):
+    """`PATCH /api/groups/{group}`: only the fields given change."""
+
+    max_parallel: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
+    weight: float | None = Field(default=None, gt=0, le=1000)
+
+
+class PoolView(BaseModel):
+    """`GET /api/pools/{pool}`."""
+
+    pool: str
+    capacity: int
+    in_use: int
+    pending: int
+    running: int
+
+
+class PoolCapacity(BaseModel):
+    """`PUT /api/pools/{pool}`."""
+
+    capacity: int = Field(strict=True, ge=0, le=COST_UNITS_LIMIT)
+
+
+class TargetView(BaseModel):
+    """`GET /api/targets/{target}`."""
+
+    target: str
+    halted: bool
+    halted_by: str | None
+    running: int
+    pending: int
+
+
+class Requeued(BaseModel):
+    requeued: list[str]
+
+
+class Cancelled(BaseModel):
+    cancelled: list[str]
+
+
+class GateService:
+    """What the scheduling routes do with Temporal."""
+
+    def __init__(
+        self,
+        client: Client,
+        temporal: TemporalSettings,
+        gates: Gates,
+        cancel: Callable[[str], Awaitable[object]],
+    ) -> None:
+        self._client = client
+        self._cancel = cancel
+        self._temporal = temporal
+        self._gates = gates
+        self._served: dict[str, tuple[float, bool]] = {}
+
+    # -- groups --------------------------------------------------------------------
+
+    async def group(self, name: str) -> GroupView:
+        view = await self._gates.view(GateKind.GROUP, name)
+        if view is None:
+            raise GroupNotFound(name)
+        return await self._group_view(view)
+
+    async def groups(self) -> list[GroupView]:
+        views = await self._listed(GateKind.GROUP)
+        return list(await asyncio.gather(*(self._group_view(view) for view in views)))
+
+    async def patch_group(self, name: str, patch: GroupPatch) -> GroupView:
+        fields = patch.model_fields_set & {"max_parallel", "weight"}
+        change = GatePatch.model_validate(patch.model_dump(include=fields))
+        view = await self._gates.configure(GateKind.GROUP, name, change)
+        return await self._group_view(view)
+
+    async def pause_group(self, name: str) -> GroupView:
+        return await self._group_view(await self._gates.pause(GateKind.GROUP, name))
+
+    async def resume_group(self, name: str) -> GroupView:
+        view = await self._gates.resume(GateKind.GROUP, name, TargetResume())
+        return await self._group_view(view)
+
+    async def retry_failed(self, name: str) -> Requeued:
+        """Re-queue the group's quarantined jobs (each keeps its id and history)."""
+        await self.group(name)
+        query = job_filter(JobStatus.QUARANTINED.value, group=name)
+        ids = await self._ids(query + " AND ExecutionStatus = 'Running'")
+        done = await self._each(ids, self._requeue)
+        return Requeued(requeued=done)
+
+    async def cancel_group(self, name: str) -> Cancelled:
+        """Cancel the group's pending and assigned jobs."""
+        await self.group(name)
+        query = job_filter(statuses=(JobStatus.PENDING.value, JobStatus.ASSIGNED.value), group=name)
+        ids = await self._ids(query)
+        done = await self._each(ids, self._cancel)
+        return Cancelled(cancelled=done)
+
+    async def _group_view(self, view: GateView) -> GroupView:
+        settings = view.settings
+        return GroupView(
+            group=view.key,
+            paused=settings.paused,
+            max_parallel=settings.max_parallel,
+            weight=settings.weight,
+            counts=await self._counts(job_filter(group=view.key)),
+        )
+
+    # -- pools ---------------------------------------------------------------------
+
+    async def pool(self, name: str) -> PoolView:
+        view = await self._gates.view(GateKind.POOL, name)
+        return await self._pool_view(view or self._gates.default_view(GateKind.POOL, name))
+
+    async def pools(self) -> list[PoolView]:
+        views = await self._listed(GateKind.POOL)
+        return list(await asyncio.gather(*(self._pool_view(view) for view in views)))
+
+    async def set_pool(self, name: str, capacity: PoolCapacity) -> PoolView:
+        patch = GatePatch(capacity=capacity.capacity)
+        return await self._pool_view(await self._gates.configure(GateKind.POOL, name, patch))
+
+    async def _pool_view(self, view: GateView) -> PoolView:
+        pending, running = await asyncio.gather(
+            visibility.count(self._client, job_filter(JobStatus.PENDING.value, pool=view.key)),
+            visibility.count(self._client, job_filter(statuses=ACTIVE, pool=view.key)),
+        )
+        return PoolView(
+            pool=view.key,
+            capacity=view.settings.capacity,
+            in_use=view.in_use,
+            pending=pending,
+            running=running,
+        )
+
+    # -- targets -------------------------------------------------------------------
+
+    async def target(self, name: str) -> TargetView:
+        view = await self._gates.view(GateKind.TARGET, name)
+        return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
+
+    async def resume_target(self, name: str, how: TargetResume) -> TargetView:
+        """Resume a halted target: `retry` re-queues its halting job, which goes first;
+        `skip` leaves that job quarantined and moves on."""
+        view = await self._gates.view(GateKind.TARGET, name)
+        halted_by = view.settings.halted_by if view is not None else None
+        if how.job == "retry" and halted_by is not None:
+            try:
+                await self._requeue(halted_by)
+            except JobConflict as err:
+                raise JobConflict(
+                    f"the halting job {halted_by} can no longer be retried ({err.message}); "
+                    "resume with job=skip",
+                    id=halted_by,
+                ) from err
+            view = await self._gates.view(GateKind.TARGET, name)
+        else:
+            view = await self._gates.resume(GateKind.TARGET, name, how)
+        return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
+
+    async def _target_view(self, view: GateView) -> TargetView:
+        pending, running = await asyncio.gather(
+            visibility.count(self._client, job_filter(JobStatus.PENDING.value, target=view.key)),
+            visibility.count(self._client, job_filter(statuses=ACTIVE, target=view.key)),
+        )
+        return TargetView(
+            target=view.key,
+            halted=view.settings.halted,
+            halted_by=view.settings.halted_by,
+            running=running,
+            pending=pending,
+        )
+
+    # -- a job's waiting reason ----------------------------------------------------
+
+    async def explain(self, job: Job) -> Job:
+        """Sharpen a pending job's `waiting_for` with its gate's state (paused, halted),
+        or say `no_worker` when no live worker polls its type's queue."""
+        if job.status != JobStatus.PENDING:
+            return job
+        reason = job.waiting_for
+        if reason == WaitingFor.GROUP_LIMIT and job.group is not None:
+            view = await self._gates.view(GateKind.GROUP, job.group)
+            if view is not None and view.settings.paused:
+                reason = WaitingFor.GROUP_PAUSED
+        elif reason == WaitingFor.TARGET_BUSY and job.target is not None:
+            view = await self._gates.view(GateKind.TARGET, job.target)
+            if view is not None and view.settings.halted:
+                reason = WaitingFor.TARGET_HALTED
+        elif reason is None and not await self._served_type(job.type):
+            reason = WaitingFor.NO_WORKER
+        return job.model_copy(update={"waiting_for": reason})
+
+    async def _served_type(self, job_type: str) -> bool:
+        cached = self._served.get(job_type)
+        if cached is not None and time.monotonic() < cached[0]:
+            return cached[1]
+        request = DescribeTaskQueueRequest(
+            namespace=self._temporal.namespace,
+            task_queue=TaskQueue(name=self._temporal.activity_queue(job_type)),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        )
+        response = await self._client.workflow_service.describe_task_queue(request)
+        now = time.time()
+        served = any(
+            now - poller.last_access_time.ToSeconds() <= POLLER_FRESH_S
+            for poller in response.pollers
+        )
+        self._served[job_type] = (time.monotonic() + SERVED_TTL_S, served)
+        return served
+
+    # -- shared --------------------------------------------------------------------
+
+    async def _listed(self, kind: GateKind) -> list[GateView]:
+        """Gates of one kind, from their memos (one visibility page)."""
+        query = f"WorkflowType = '{GATE_WORKFLOW}' AND ExecutionStatus = 'Running'"
+        rows = await visibility.recent(self._client, query, offset=0, limit=GATES_LIST_MAX)
+        views: list[GateView] = []
+        for execution in rows.executions:
+            raw = (await execution.memo()).get(GATE_MEMO)
+            if raw is None:
+                continue
+            view = GateView.model_validate(raw)
+            if view.kind == kind and execution.id == self._gates.ref(kind, view.key).workflow_id:
+                views.append(view)
+        return sorted(views, key=lambda view: view.key)
+
+    async def _counts(self, query: str) -> dict[str, int]:
+        statuses = [status.value for status in JobStatus]
+        counts = await asyncio.gather(
+            *(
+                visibility.count(self._client, f"{query} AND JobforgeStatus = '{s}'")
+                for s in statuses
+            )
+        )
+        return dict(zip(statuses, counts, strict=True))
+
+    async def _ids(self, query: str) -> list[str]:
+        rows = await visibility.recent(self._client, query, offset=0, limit=GROUP_ACTION_MAX)
+        return [execution.id for execution in rows.executions]
+
+    async def _each(self, ids: list[str], act: Callable[[str], Awaitable[object]]) -> list[str]:
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(job_id: str) -> str | None:
+            async with gate:
+                try:
+                    await act(job_id)
+                except (JobConflict, JobNotFound):
+                    return None  # changed meanwhile: not this call's to act on
+                return job_id
+
+        return [job_id for job_id in await asyncio.gather(*(one(i) for i in ids)) if job_id]
+
+    async def _requeue(self, job_id: str) -> None:
+        handle = self._client.get_workflow_handle(job_id)
+        try:
+            await handle.execute_update(REQUEUE_UPDATE, result_type=Job)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_REQUEUEABLE:
+                raise JobConflict(cause.message, id=job_id) from err
+            raise
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise JobConflict("the job has closed", id=job_id) from err
+            raise

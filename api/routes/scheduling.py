@@ -1,0 +1,117 @@
+"""Scheduling routes (docs/scheduling.md): groups (002), pools (001) and serial targets
+(004). Each answers the gate's state, with job counts from visibility."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path
+
+from api.deps import Authorized, GatesDep
+from api.gate_service import (
+    Cancelled,
+    GroupPatch,
+    GroupView,
+    PoolCapacity,
+    PoolView,
+    Requeued,
+    TargetView,
+)
+from workflows.gate_models import TargetResume
+from workflows.models import GATE_KEY_PATTERN, TARGET_PATTERN
+
+router = APIRouter(prefix="/api", tags=["scheduling"], dependencies=[Authorized])
+
+GroupName = Annotated[str, Path(pattern=GATE_KEY_PATTERN, description="Group name")]
+PoolName = Annotated[str, Path(pattern=GATE_KEY_PATTERN, description="Pool name")]
+TargetName = Annotated[
+    str, Path(pattern=TARGET_PATTERN, description="Target: `name` or `tenant/name`")
+]
+
+
+# -- groups ------------------------------------------------------------------------------
+
+
+@router.get("/groups", response_model=list[GroupView])
+async def list_groups(gates: GatesDep) -> list[GroupView]:
+    """Every group (from its first job on), with its settings and job counts."""
+    return await gates.groups()
+
+
+@router.get("/groups/{group}", response_model=GroupView)
+async def get_group(group: GroupName, gates: GatesDep) -> GroupView:
+    """A group: paused, max_parallel, weight and its jobs per status."""
+    return await gates.group(group)
+
+
+@router.patch("/groups/{group}", response_model=GroupView)
+async def patch_group(group: GroupName, patch: GroupPatch, gates: GatesDep) -> GroupView:
+    """Change max_parallel (`null` lifts it) or weight; applied at once."""
+    return await gates.patch_group(group, patch)
+
+
+@router.post("/groups/{group}/pause", response_model=GroupView)
+async def pause_group(group: GroupName, gates: GatesDep) -> GroupView:
+    """No job of the group is assigned after this answers; running jobs finish."""
+    return await gates.pause_group(group)
+
+
+@router.post("/groups/{group}/resume", response_model=GroupView)
+async def resume_group(group: GroupName, gates: GatesDep) -> GroupView:
+    """Dispatch the group's jobs again."""
+    return await gates.resume_group(group)
+
+
+@router.post("/groups/{group}/retry-failed", response_model=Requeued)
+async def retry_failed(group: GroupName, gates: GatesDep) -> Requeued:
+    """Re-queue the group's quarantined jobs; each keeps its id, attempts and
+    fail_history."""
+    return await gates.retry_failed(group)
+
+
+@router.post("/groups/{group}/cancel", response_model=Cancelled)
+async def cancel_group(group: GroupName, gates: GatesDep) -> Cancelled:
+    """Cancel the group's pending and assigned jobs (running ones finish)."""
+    return await gates.cancel_group(group)
+
+
+# -- pools -------------------------------------------------------------------------------
+
+
+@router.get("/pools", response_model=list[PoolView])
+async def list_pools(gates: GatesDep) -> list[PoolView]:
+    """Every pool that has run, with capacity, units in use and job counts."""
+    return await gates.pools()
+
+
+@router.get("/pools/{pool}", response_model=PoolView)
+async def get_pool(pool: PoolName, gates: GatesDep) -> PoolView:
+    """A pool; one that never ran has POOL_DEFAULT_CAPACITY."""
+    return await gates.pool(pool)
+
+
+@router.put("/pools/{pool}", response_model=PoolView)
+async def set_pool(pool: PoolName, capacity: PoolCapacity, gates: GatesDep) -> PoolView:
+    """Set a pool's capacity, at once. Lowering it stops admissions until in_use is
+    below it; it never stops a running job."""
+    return await gates.set_pool(pool, capacity)
+
+
+# -- targets -----------------------------------------------------------------------------
+
+
+@router.get("/targets/{target:path}", response_model=TargetView)
+async def get_target(target: TargetName, gates: GatesDep) -> TargetView:
+    """A serial target: halted (and by which job), running and pending counts."""
+    return await gates.target(target)
+
+
+@router.post("/targets/{target:path}/resume", response_model=TargetView)
+async def resume_target(
+    target: TargetName,
+    gates: GatesDep,
+    how: Annotated[TargetResume | None, Body()] = None,
+) -> TargetView:
+    """Resume a halted target: `retry` (default) re-queues the halting job first,
+    `skip` leaves it quarantined and moves on."""
+    return await gates.resume_target(target, how or TargetResume())

@@ -1,0 +1,223 @@
+"""Scheduling over REST, process level: job fields, groups, pools, targets and the
+waiting reasons, through a real API and worker on the session's dev server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bench.harness import Proc, wait_until
+from tests.conftest import REGISTERED_TYPE, Api, Stack
+
+FAILING_TYPE = "no-solver-anywhere"  # no solver is registered for it: every attempt fails
+
+
+@pytest.fixture
+def name() -> str:
+    return f"s-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def _worker(session_worker: Proc) -> Proc:
+    return session_worker
+
+
+def ok(response: Any, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def waiting_for(api: Api, job_id: str, reason: str) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        job = api.job(job_id)
+        return job if job["waiting_for"] == reason else None
+
+    found: dict[str, Any] = wait_until(reached, timeout=30, what=f"waiting_for {reason}")
+    return found
+
+
+# -- job fields ---------------------------------------------------------------------------
+
+
+def test_a_job_keeps_its_scheduling_fields_and_times_may_be_iso(api: Api, name: str) -> None:
+    job_id = api.submit(
+        type=REGISTERED_TYPE,
+        group=name,
+        pool=name,
+        cost_units=3,
+        target=f"tenant/{name}",
+        earliest_start_at="2020-01-01T00:00:00Z",
+        deadline_at="2100-01-01T01:00:00+01:00",
+    )
+    job = api.wait_status(job_id, "completed")
+    assert (job["group"], job["pool"], job["cost_units"]) == (name, name, 3)
+    assert job["target"] == f"tenant/{name}"
+    assert job["earliest_start_at"] == 1_577_836_800_000
+    assert job["deadline_at"] == 4_102_444_800_000
+    assert job["max_attempts"] == 1  # a target job's default
+    assert job["waiting_for"] is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"cost_units": 2}, "cost_units"),
+        ({"cost_units": 0, "pool": "p"}, "cost_units"),
+        ({"group": "bad name"}, "group"),
+        ({"target": "a/b/c"}, "target"),
+        ({"earliest_start_at": "2030-01-01T00:00:00"}, "earliest_start_at"),
+        ({"earliest_start_at": True}, "earliest_start_at"),
+        ({"deadline_at": 1_000}, "deadline_at"),
+        ({"deadline_at": "2020-01-01T00:00:00Z"}, "deadline_at"),
+        (
+            {"earliest_start_at": 4_102_444_800_000, "deadline_at": 4_102_444_000_000},
+            "deadline_at",
+        ),
+    ],
+)
+def test_a_bad_scheduling_field_is_a_422_naming_it(
+    api: Api, extra: dict[str, Any], field: str
+) -> None:
+    answer = api.http.post("/api/jobs", json={"type": REGISTERED_TYPE, **extra})
+    assert answer.status_code == 422, answer.text
+    assert field in answer.text
+
+
+# -- groups -------------------------------------------------------------------------------
+
+
+def test_a_paused_group_holds_its_jobs_until_resumed(api: Api, name: str) -> None:
+    first = api.submit(type=REGISTERED_TYPE, group=name)
+    api.wait_status(first, "completed")
+    group = ok(api.http.get(f"/api/groups/{name}"))
+    assert group["paused"] is False
+    assert group["counts"]["completed"] == 1
+
+    assert ok(api.http.post(f"/api/groups/{name}/pause"))["paused"] is True
+    held = api.submit(type=REGISTERED_TYPE, group=name)
+    job = waiting_for(api, held, "group_paused")
+    assert job["status"] == "pending"
+    assert name in [g["group"] for g in ok(api.http.get("/api/groups"))]
+
+    assert ok(api.http.post(f"/api/groups/{name}/resume"))["paused"] is False
+    api.wait_status(held, "completed")
+
+
+def test_a_groups_settings_change_and_an_unknown_group_is_a_404(api: Api, name: str) -> None:
+    assert api.http.get(f"/api/groups/{name}").status_code == 404
+    group = ok(api.http.patch(f"/api/groups/{name}", json={"max_parallel": 2, "weight": 3}))
+    assert (group["max_parallel"], group["weight"]) == (2, 3)
+    group = ok(api.http.patch(f"/api/groups/{name}", json={"max_parallel": None}))
+    assert (group["max_parallel"], group["weight"]) == (None, 3)
+    answer = api.http.patch(f"/api/groups/{name}", json={"max_parallel": 0})
+    assert answer.status_code == 422 and "max_parallel" in answer.text
+
+
+def test_retry_failed_requeues_quarantined_jobs_with_their_history(api: Api, name: str) -> None:
+    job_id = api.submit(type=FAILING_TYPE, group=name, max_attempts=1)
+    api.wait_status(job_id, "quarantined")
+    answer = ok(api.http.post(f"/api/groups/{name}/retry-failed"))
+    assert answer == {"requeued": [job_id]}
+
+    def failed_twice() -> dict[str, Any] | None:
+        job = api.job(job_id)
+        return job if job["status"] == "quarantined" and job["attempts"] == 2 else None
+
+    job = wait_until(failed_twice, timeout=30, what="the second attempt to fail")
+    assert len(job["fail_history"]) == 2
+
+
+def test_cancel_group_cancels_its_pending_jobs(api: Api, name: str) -> None:
+    ok(api.http.post(f"/api/groups/{name}/pause"))
+    ids = {api.submit(type=REGISTERED_TYPE, group=name) for _ in range(2)}
+    for job_id in ids:
+        waiting_for(api, job_id, "group_paused")
+    answer = ok(api.http.post(f"/api/groups/{name}/cancel"))
+    assert set(answer["cancelled"]) == ids
+    for job_id in ids:
+        job = api.job(job_id)
+        assert (job["status"], job["fail_reason"]) == ("failed", "cancelled")
+
+
+# -- pools --------------------------------------------------------------------------------
+
+
+def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
+    pool = ok(api.http.get(f"/api/pools/{name}"))
+    assert pool == {"pool": name, "capacity": 100, "in_use": 0, "pending": 0, "running": 0}
+    assert ok(api.http.put(f"/api/pools/{name}", json={"capacity": 1}))["capacity"] == 1
+    job_id = api.submit(type=REGISTERED_TYPE, pool=name, cost_units=2)
+    waiting_for(api, job_id, "pool_capacity")
+    assert ok(api.http.get(f"/api/pools/{name}"))["pending"] == 1
+    ok(api.http.put(f"/api/pools/{name}", json={"capacity": 2}))
+    api.wait_status(job_id, "completed")
+
+    def given_back() -> dict[str, Any] | None:
+        pool = ok(api.http.get(f"/api/pools/{name}"))
+        return pool if (pool["in_use"], pool["pending"]) == (0, 0) else None
+
+    wait_until(given_back, timeout=30, what="the units back and none pending")
+    assert name in [p["pool"] for p in ok(api.http.get("/api/pools"))]
+    answer = api.http.put(f"/api/pools/{name}", json={"capacity": -1})
+    assert answer.status_code == 422 and "capacity" in answer.text
+
+
+# -- targets ------------------------------------------------------------------------------
+
+
+def test_a_failed_job_halts_its_target_until_resumed(api: Api, name: str) -> None:
+    target = f"tenant/{name}"
+    failing = api.submit(type=FAILING_TYPE, target=target)
+    api.wait_status(failing, "quarantined")
+
+    def halted() -> dict[str, Any] | None:
+        view = ok(api.http.get(f"/api/targets/{target}"))
+        return view if view["halted"] else None
+
+    view = wait_until(halted, timeout=30, what="the target to halt")
+    assert view["halted_by"] == failing
+    later = api.submit(type=REGISTERED_TYPE, target=target)
+    waiting_for(api, later, "target_halted")
+
+    view = ok(api.http.post(f"/api/targets/{target}/resume", json={"job": "skip"}))
+    assert view["halted"] is False
+    api.wait_status(later, "completed")
+    assert api.job(failing)["status"] == "quarantined"
+
+
+def test_resume_with_retry_runs_the_halting_job_again_first(api: Api, name: str) -> None:
+    failing = api.submit(type=FAILING_TYPE, target=name)
+    api.wait_status(failing, "quarantined")
+    wait_until(lambda: ok(api.http.get(f"/api/targets/{name}"))["halted"], timeout=30, what="halt")
+    ok(api.http.post(f"/api/targets/{name}/resume"))
+
+    def failed_again() -> dict[str, Any] | None:
+        job = api.job(failing)
+        return job if job["status"] == "quarantined" and job["attempts"] == 2 else None
+
+    wait_until(failed_again, timeout=30, what="the retried job to fail again")
+    view = wait_until(
+        lambda: ok(api.http.get(f"/api/targets/{name}")), timeout=5, what="the target"
+    )
+    assert view["halted_by"] == failing
+
+
+# -- waiting reasons -----------------------------------------------------------------------
+
+
+def test_a_job_nobody_serves_says_no_worker(start_stack: Callable[..., Stack]) -> None:
+    stack = start_stack()
+    job_id = stack.api.submit(type="nobody-serves-this")
+    job = waiting_for(stack.api, job_id, "no_worker")
+    assert job["status"] == "pending"
+
+
+def test_a_job_with_a_future_start_says_start_time(api: Api) -> None:
+    job_id = api.submit(type=REGISTERED_TYPE, earliest_start_at=4_102_444_800_000)
+    job = waiting_for(api, job_id, "start_time")
+    assert job["status"] == "pending"
+    answer = api.http.delete(f"/api/jobs/{job_id}")
+    assert answer.status_code == 204
