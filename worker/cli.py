@@ -1,5 +1,6 @@
 """`jobforge`: the one console script. Thin Typer commands over the processes (dev stack,
-worker, agent, API, cluster setup) and over the REST client for jobs (`hub_client`)."""
+worker, agent, API, cluster setup) and over the REST client (`hub_client`) for jobs and
+their scheduling: groups, pools and serial targets (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -74,11 +76,19 @@ class _Group(TyperGroup):
         return _plain(super().get_params(ctx))
 
 
+# One scheme for every command (docs/cli.md); an error is one line on stderr.
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 the API refused the request (HTTP 4xx or 5xx: 404 unknown, "
+    "409 conflict, 422 a bad value, named) or could not be reached; 2 a bad option, "
+    "argument or setting, refused before any call."
+)
+
 app = typer.Typer(
     cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     help="jobforge: durable job dispatch on Temporal.",
+    epilog=EXIT_CODES,
 )
 command = app.command
 
@@ -226,19 +236,36 @@ def dev(
 
 
 @contextlib.contextmanager
-def _hub() -> Iterator[HubClient]:
-    """A client from HUB_URL and FORGE_INGEST_SECRET; a failed call is one line, exit 1."""
+def _hub(options: Mapping[str, str] | None = None) -> Iterator[HubClient]:
+    """A client from HUB_URL and FORGE_INGEST_SECRET; a failed call is one line, exit 1.
+    `options` maps the API's field names to the options that set them, for the line."""
     try:
         with _settings("hub"):
             settings = HubSettings()
         with HubClient(settings) as hub:
             yield hub
     except HubError as err:
-        _fail(str(err))
+        option = (options or {}).get(err.field or "")
+        _fail(f"{err} (set by {option})" if option else str(err))
 
 
 JobIdArg = Annotated[str, typer.Argument(metavar="ID", help="The job's id.")]
 STATUS_HELP = "pending, assigned, running, completed, failed, cancelled or quarantined"
+# The submit options named otherwise than the API's fields they set.
+SUBMIT_OPTIONS = {
+    "cost_units": "--cost",
+    "earliest_start_at": "--start-at",
+    "deadline_at": "--deadline",
+}
+TIME_HELP = "epoch milliseconds or ISO 8601 with a zone (2030-01-02T03:04:05Z)"
+EPOCH_MS = re.compile(r"-?\d+")
+
+
+def _when(value: str | None) -> int | str | None:
+    """A time option as the API takes it: digits are epoch ms, the rest goes as sent."""
+    if value is None:
+        return None
+    return int(value) if EPOCH_MS.fullmatch(value.strip()) else value
 
 
 @command(cls=_Command)
@@ -247,8 +274,12 @@ def submit(
     params: Annotated[str, typer.Option(metavar="JSON", help="Params, a JSON object.")] = "{}",
     priority: Annotated[int, typer.Option(metavar="N", help="Higher runs first.")] = 0,
     max_attempts: Annotated[
-        int, typer.Option(metavar="N", help="Attempts before it is quarantined.")
-    ] = 3,
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Attempts before it is quarantined (the API's default: 3, or 1 with --target).",
+        ),
+    ] = None,
     max_runtime_ms: Annotated[
         int, typer.Option(metavar="MS", help="Longest run of one attempt.")
     ] = 300_000,
@@ -261,6 +292,27 @@ def submit(
     idempotency_key: Annotated[
         str | None, typer.Option(metavar="KEY", help="Same key and body: the same job, once.")
     ] = None,
+    group: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Group: pause, limit, weight together.")
+    ] = None,
+    pool: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Pool whose capacity the job uses.")
+    ] = None,
+    cost: Annotated[
+        int | None,
+        typer.Option(metavar="UNITS", help="Pool capacity it uses (the API's default: 1)."),
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(metavar="NAME", help="Serial target, name or tenant/name: one at a time."),
+    ] = None,
+    start_at: Annotated[
+        str | None, typer.Option(metavar="TIME", help=f"Not before: {TIME_HELP}.")
+    ] = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(metavar="TIME", help=f"Fails unless assigned by then: {TIME_HELP}."),
+    ] = None,
 ) -> None:
     """Submit a job (HUB_URL, FORGE_INGEST_SECRET env); prints its id."""
     try:
@@ -271,13 +323,24 @@ def submit(
         "type": job_type,
         "params": parsed,
         "priority": priority,
-        "max_attempts": max_attempts,
         "max_runtime_ms": max_runtime_ms,
     }
     if solver_url:
         body["solver_url"] = solver_url
         body["solver_checksum"] = solver_checksum
-    with _hub() as hub:
+    # Sent only when given: the API's defaults differ by job (a target's job gets one
+    # attempt), and it validates every value, naming the field.
+    optional = {
+        "max_attempts": max_attempts,
+        "group": group,
+        "pool": pool,
+        "cost_units": cost,
+        "target": target,
+        "earliest_start_at": _when(start_at),
+        "deadline_at": _when(deadline),
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    with _hub(SUBMIT_OPTIONS) as hub:
         typer.echo(hub.submit(body, idempotency_key))
     _exit(0)
 
@@ -343,6 +406,12 @@ STATUS_STYLES = {
 }
 
 
+def _print_fields(console: Console, rows: Iterable[tuple[str, str | Text]]) -> None:
+    """`Name         value` lines, the name in bold."""
+    for name, value in rows:
+        console.print(Text.assemble((f"{name:<13}", "bold"), value), soft_wrap=True)
+
+
 @command(cls=_Command)
 def show(job_id: JobIdArg) -> None:
     """Print a job's detail, its transitions and its fail history."""
@@ -355,21 +424,33 @@ def show(job_id: JobIdArg) -> None:
         if job.solver_url
         else "registered for the type"
     )
-    for name, value in (
-        ("Job", job.id),
-        ("Type", job.type),
-        ("Status", Text(label, style=STATUS_STYLES.get(label, ""))),
-        ("Priority", str(job.priority)),
-        ("Attempts", f"{job.attempts} / {job.max_attempts}"),
-        ("Worker", job.worker_id or "—"),
-        ("Fail reason", job.fail_reason or "—"),
-        ("Solver", solver),
-        ("Created", _time(job.created_at)),
-        ("Completed", _time(job.completed_at)),
-        ("Params", json.dumps(job.params)),
-        ("Result", "—" if job.result is None else json.dumps(job.result)),
-    ):
-        console.print(Text.assemble((f"{name:<13}", "bold"), value), soft_wrap=True)
+    scheduling = (
+        ("Group", job.group),
+        ("Pool", job.pool and f"{job.pool} (cost {job.cost_units})"),
+        ("Target", job.target),
+        ("Start at", job.earliest_start_at and _time(job.earliest_start_at)),
+        ("Deadline", job.deadline_at and _time(job.deadline_at)),
+        ("Waiting for", job.waiting_for and job.waiting_for.value),
+    )
+    _print_fields(
+        console,
+        [
+            ("Job", job.id),
+            ("Type", job.type),
+            ("Status", Text(label, style=STATUS_STYLES.get(label, ""))),
+            ("Priority", str(job.priority)),
+            ("Attempts", f"{job.attempts} / {job.max_attempts}"),
+            ("Worker", job.worker_id or "—"),
+            ("Fail reason", job.fail_reason or "—"),
+            ("Solver", solver),
+            ("Created", _time(job.created_at)),
+            ("Completed", _time(job.completed_at)),
+            ("Params", json.dumps(job.params)),
+            ("Result", "—" if job.result is None else json.dumps(job.result)),
+            # Scheduling lines only for a job that has them.
+            *((name, value) for name, value in scheduling if value),
+        ],
+    )
     transitions = Table("#", "When", "Status", "Attempt", "Worker", "Reason", title="Transitions")
     for t in job.transitions:
         transitions.add_row(
@@ -458,6 +539,236 @@ def watch(
         _fail(str(err))
     except KeyboardInterrupt:
         _exit(0)
+
+
+# -- scheduling: groups, pools, serial targets (docs/cli.md) ----------------------
+
+
+def _sub_app(name: str, help_text: str) -> typer.Typer:
+    sub = typer.Typer(cls=_Group, no_args_is_help=True, help=help_text, epilog=EXIT_CODES)
+    app.add_typer(sub, name=name)
+    return sub
+
+
+group_app = _sub_app("group", "Groups: pause, resume, limit and weigh jobs together.")
+pool_app = _sub_app("pool", "Pools: the capacity their jobs' cost units share.")
+target_app = _sub_app("target", "Serial targets: one job at a time; a failure halts them.")
+
+GroupArg = Annotated[str, typer.Argument(metavar="NAME", help="The group.")]
+PoolArg = Annotated[str, typer.Argument(metavar="NAME", help="The pool.")]
+TargetArg = Annotated[str, typer.Argument(metavar="NAME", help="The target (tenant/name too).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's object as JSON.")]
+# Counts in the order a job passes through the statuses.
+STATUS_ORDER = ("pending", "assigned", "running", "completed", "failed", "quarantined")
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    known = [s for s in STATUS_ORDER if counts.get(s)]
+    rest = sorted(s for s in counts if s not in STATUS_ORDER and counts[s])
+    return ", ".join(f"{s} {counts[s]}" for s in (*known, *rest)) or "no jobs"
+
+
+def _limit(group: Mapping[str, Any]) -> str:
+    limit = group.get("max_parallel")
+    return "no limit" if limit is None else str(limit)
+
+
+def _show(obj: Mapping[str, Any], as_json: bool, rows: Iterable[tuple[str, str | Text]]) -> None:
+    if as_json:
+        typer.echo(json.dumps(obj, indent=2))
+    else:
+        _print_fields(Console(highlight=False), rows)
+    _exit(0)
+
+
+def _group_line(group: Mapping[str, Any]) -> str:
+    state = "paused" if group.get("paused") else "active"
+    return (
+        f"{group['group']}  {state:<6} max_parallel={_limit(group)} "
+        f"weight={group.get('weight', 1):g}  {_counts(group.get('counts') or {})}"
+    )
+
+
+@group_app.command("list", cls=_Command)
+def group_list() -> None:
+    """List groups: name, paused or active, limit, weight, job counts."""
+    with _hub() as hub:
+        for group in hub.groups():
+            typer.echo(_group_line(group))
+    _exit(0)
+
+
+@group_app.command("show", cls=_Command)
+def group_show(name: GroupArg, as_json: JsonOpt = False) -> None:
+    """Print a group: paused, its limit of running jobs, its weight, its job counts."""
+    with _hub() as hub:
+        group = hub.group(name)
+    paused = bool(group.get("paused"))
+    _show(
+        group,
+        as_json,
+        [
+            ("Group", str(group["group"])),
+            ("Paused", Text("yes", style="yellow") if paused else "no"),
+            ("Max parallel", _limit(group)),
+            ("Weight", f"{group.get('weight', 1):g}"),
+            ("Jobs", _counts(group.get("counts") or {})),
+        ],
+    )
+
+
+@group_app.command("pause", cls=_Command)
+def group_pause(name: GroupArg) -> None:
+    """Pause a group: none of its jobs is assigned until it resumes.
+
+    Running jobs finish; assigned ones not yet claimed go back to waiting.
+    """
+    with _hub() as hub:
+        hub.pause_group(name)
+    typer.echo(f"paused group {name}")
+    _exit(0)
+
+
+@group_app.command("resume", cls=_Command)
+def group_resume(name: GroupArg) -> None:
+    """Resume a paused group."""
+    with _hub() as hub:
+        hub.pause_group(name, paused=False)
+    typer.echo(f"resumed group {name}")
+    _exit(0)
+
+
+@group_app.command("set", cls=_Command)
+def group_set(
+    name: GroupArg,
+    max_parallel: Annotated[
+        int | None, typer.Option(metavar="N", help="At most N of its jobs run at once.")
+    ] = None,
+    no_max_parallel: Annotated[
+        bool, typer.Option("--no-max-parallel", help="Lift the limit of running jobs.")
+    ] = False,
+    weight: Annotated[
+        float | None, typer.Option(metavar="W", help="Share of the workers against other groups.")
+    ] = None,
+) -> None:
+    """Change a group's limit of running jobs and/or its weight; prints the group."""
+    if max_parallel is not None and no_max_parallel:
+        _fail("give --max-parallel N or --no-max-parallel, not both", 2)
+    patch: dict[str, Any] = {} if max_parallel is None else {"max_parallel": max_parallel}
+    if no_max_parallel:
+        patch["max_parallel"] = None
+    if weight is not None:
+        patch["weight"] = weight
+    if not patch:
+        _fail("nothing to set: give --max-parallel N, --no-max-parallel or --weight W", 2)
+    with _hub() as hub:
+        typer.echo(_group_line(hub.configure_group(name, patch)))
+    _exit(0)
+
+
+@group_app.command("retry-failed", cls=_Command)
+def group_retry_failed(name: GroupArg) -> None:
+    """Queue a group's quarantined jobs again; prints `requeued ID` for each."""
+    with _hub() as hub:
+        requeued = hub.retry_failed(name)
+    for job_id in requeued:
+        typer.echo(f"requeued {job_id}")
+    if not requeued:
+        typer.echo(f"group {name}: no failed jobs to requeue")
+    _exit(0)
+
+
+@group_app.command("cancel", cls=_Command)
+def group_cancel(name: GroupArg) -> None:
+    """Cancel a group's pending and assigned jobs; prints `cancelled ID` for each."""
+    with _hub() as hub:
+        cancelled = hub.cancel_group(name)
+    for job_id in cancelled:
+        typer.echo(f"cancelled {job_id}")
+    if not cancelled:
+        typer.echo(f"group {name}: no jobs to cancel")
+    _exit(0)
+
+
+def _pool_line(pool: Mapping[str, Any]) -> str:
+    return (
+        f"{pool['pool']}  capacity={pool['capacity']} in_use={pool['in_use']} "
+        f"pending={pool['pending']} running={pool['running']}"
+    )
+
+
+@pool_app.command("list", cls=_Command)
+def pool_list() -> None:
+    """List pools: name, capacity, cost units in use, pending and running jobs."""
+    with _hub() as hub:
+        for pool in hub.pools():
+            typer.echo(_pool_line(pool))
+    _exit(0)
+
+
+@pool_app.command("show", cls=_Command)
+def pool_show(name: PoolArg, as_json: JsonOpt = False) -> None:
+    """Print a pool: its capacity, the cost units in use, its pending and running jobs."""
+    with _hub() as hub:
+        pool = hub.pool(name)
+    _show(
+        pool,
+        as_json,
+        [
+            ("Pool", str(pool["pool"])),
+            ("Capacity", str(pool["capacity"])),
+            ("In use", str(pool["in_use"])),
+            ("Pending", str(pool["pending"])),
+            ("Running", str(pool["running"])),
+        ],
+    )
+
+
+@pool_app.command("set", cls=_Command)
+def pool_set(
+    name: PoolArg,
+    capacity: Annotated[
+        int, typer.Option(metavar="N", help="Cost units its running jobs may use at once.")
+    ],
+) -> None:
+    """Set a pool's capacity; prints the pool."""
+    with _hub() as hub:
+        typer.echo(_pool_line(hub.set_pool_capacity(name, capacity)))
+    _exit(0)
+
+
+@target_app.command("show", cls=_Command)
+def target_show(name: TargetArg, as_json: JsonOpt = False) -> None:
+    """Print a target: halted or not (and by which job), its running and pending jobs."""
+    with _hub() as hub:
+        target = hub.target(name)
+    halted: str | Text = "no"
+    if target.get("halted"):
+        halted = Text(f"yes, by {target.get('halted_by') or '—'}", style="bold red")
+    _show(
+        target,
+        as_json,
+        [
+            ("Target", str(target["target"])),
+            ("Halted", halted),
+            ("Running", str(target["running"])),
+            ("Pending", str(target["pending"])),
+        ],
+    )
+
+
+@target_app.command("resume", cls=_Command)
+def target_resume(
+    name: TargetArg,
+    skip: Annotated[
+        bool, typer.Option("--skip", help="Skip the job that halted it instead of retrying it.")
+    ] = False,
+) -> None:
+    """Resume a halted target: its halting job runs again first (or is skipped)."""
+    with _hub() as hub:
+        hub.resume_target(name, "skip" if skip else "retry")
+    typer.echo(f"resumed target {name} ({'skipped' if skip else 'retrying'} the halting job)")
+    _exit(0)
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 from pydantic import Field
@@ -38,7 +39,15 @@ class HubSettings(BaseSettings):
 
 
 class HubError(Exception):
-    """A call to the API failed; the message says why, in one line."""
+    """A call to the API failed; the message says why, in one line. An API answer's
+    `status`, and the request `field` it names when it names one."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, field: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
 
 
 class HubUnreachableError(HubError):
@@ -94,10 +103,25 @@ class HubClient:
         if response.status_code == 401 and not self._settings.secret:
             raise MissingSecretError
         try:
-            message = response.json().get("error", response.text)
+            body = response.json()
         except ValueError:
-            message = response.text
-        raise HubError(f"HTTP {response.status_code}: {message}")
+            body = None
+        if not isinstance(body, dict):
+            body = {}
+        message = body.get("error", response.text)
+        # A domain error names its field; a validation error lists them, first first.
+        field = body.get("field")
+        detail = body.get("detail")
+        if field is None and isinstance(detail, list) and detail and isinstance(detail[0], dict):
+            field = detail[0].get("field")
+        raise HubError(
+            f"HTTP {response.status_code}: {message}",
+            status=response.status_code,
+            field=field if isinstance(field, str) else None,
+        )
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.call(method, path, **kwargs).json()
 
     def submit(self, body: dict[str, Any], idempotency_key: str | None = None) -> str:
         """POST /api/jobs; the new job's id."""
@@ -133,6 +157,64 @@ class HubClient:
         """DELETE /api/jobs/{id}."""
         self.call("DELETE", f"/api/jobs/{job_id}")
 
+    # -- scheduling: groups, pools, serial targets ------------------------------------
+
+    def groups(self) -> list[dict[str, Any]]:
+        """GET /api/groups."""
+        listed: list[dict[str, Any]] = self._json("GET", "/api/groups")
+        return listed
+
+    def group(self, name: str) -> dict[str, Any]:
+        """GET /api/groups/{group}: `{group, paused, max_parallel, weight, counts}`."""
+        group: dict[str, Any] = self._json("GET", _path("groups", name))
+        return group
+
+    def configure_group(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """PATCH /api/groups/{group} with `max_parallel` (null lifts it) and/or `weight`."""
+        group: dict[str, Any] = self._json("PATCH", _path("groups", name), json=patch)
+        return group
+
+    def pause_group(self, name: str, *, paused: bool = True) -> dict[str, Any]:
+        """POST /api/groups/{group}/pause, or /resume when `paused` is false."""
+        action = "pause" if paused else "resume"
+        group: dict[str, Any] = self._json("POST", _path("groups", name, action))
+        return group
+
+    def retry_failed(self, name: str) -> list[str]:
+        """POST /api/groups/{group}/retry-failed; the ids of the jobs queued again."""
+        requeued: list[str] = self._json("POST", _path("groups", name, "retry-failed"))["requeued"]
+        return requeued
+
+    def cancel_group(self, name: str) -> list[str]:
+        """POST /api/groups/{group}/cancel; the ids of the jobs cancelled."""
+        cancelled: list[str] = self._json("POST", _path("groups", name, "cancel"))["cancelled"]
+        return cancelled
+
+    def pools(self) -> list[dict[str, Any]]:
+        """GET /api/pools."""
+        listed: list[dict[str, Any]] = self._json("GET", "/api/pools")
+        return listed
+
+    def pool(self, name: str) -> dict[str, Any]:
+        """GET /api/pools/{pool}: `{pool, capacity, in_use, pending, running}`."""
+        pool: dict[str, Any] = self._json("GET", _path("pools", name))
+        return pool
+
+    def set_pool_capacity(self, name: str, capacity: int) -> dict[str, Any]:
+        """PUT /api/pools/{pool} with `{capacity}`."""
+        pool: dict[str, Any] = self._json("PUT", _path("pools", name), json={"capacity": capacity})
+        return pool
+
+    def target(self, name: str) -> dict[str, Any]:
+        """GET /api/targets/{target}: `{target, halted, halted_by, running, pending}`."""
+        target: dict[str, Any] = self._json("GET", _target_path(name))
+        return target
+
+    def resume_target(self, name: str, job: Literal["retry", "skip"]) -> dict[str, Any]:
+        """POST /api/targets/{target}/resume: the halting job is re-queued or skipped."""
+        target: dict[str, Any] = self._json("POST", _target_path(name, "resume"), json={"job": job})
+        return target
+
     def events(
         self,
         statuses: list[str],
@@ -161,6 +243,16 @@ class HubClient:
             raise HubUnreachableError(
                 f"event stream from {self._settings.base_url}: {err}"
             ) from err
+
+
+def _path(collection: str, name: str, *action: str) -> str:
+    # A name is one path segment: a "/" or "?" in it must not reach another route.
+    return "/".join(("/api", collection, quote(name, safe=""), *action))
+
+
+def _target_path(name: str, *action: str) -> str:
+    # A target may be `tenant/name`: its one "/" stays a path separator.
+    return "/".join(("/api/targets", quote(name, safe="/"), *action))
 
 
 def server_sent_events(lines: Iterator[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
