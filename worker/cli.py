@@ -570,7 +570,7 @@ def _counts(counts: Mapping[str, int]) -> str:
 
 def _limit(group: Mapping[str, Any]) -> str:
     limit = group.get("max_parallel")
-    return "no limit" if limit is None else str(limit)
+    return "none" if limit is None else str(limit)
 
 
 def _show(obj: Mapping[str, Any], as_json: bool, rows: Iterable[tuple[str, str | Text]]) -> None:
