@@ -194,7 +194,7 @@ def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
     assert field_line(out, "Halted") == f"yes, by {job_id}"
 
     resumed = ok(jobforge(api.url, "target", "resume", target))
-    assert resumed == f"resumed target {target} (retrying the halting job)\n"
+    assert resumed == f"resumed target {target}, retrying {job_id}\n"
     job_when(api, job_id, status="quarantined", attempts=2)
     wait_until(
         lambda: shown(api, "target", "show", target)["halted_by"] == job_id,
@@ -203,7 +203,7 @@ def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
     )
 
     resumed = ok(jobforge(api.url, "target", "resume", target, "--skip"))
-    assert resumed == f"resumed target {target} (skipped the halting job)\n"
+    assert resumed == f"resumed target {target}, skipping {job_id}\n"
     assert shown(api, "target", "show", target) == {
         "target": target,
         "halted": False,
@@ -211,6 +211,7 @@ def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
         "running": 0,
         "pending": 0,
     }
+    assert ok(jobforge(api.url, "target", "resume", target)) == f"target {target} was not halted\n"
 
 
 @pytest.mark.parametrize(
@@ -270,7 +271,7 @@ def test_a_group_set_refused_before_any_call_is_one_line_and_exit_2(
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["group"], ["group", "set"], ["pool"], ["pool", "set"], ["target", "resume"]],
+    [[], ["group"], ["group", "set"], ["target", "resume"]],
     ids=lambda command: " ".join(command) or "jobforge",
 )
 def test_help_names_values_by_metavar_and_groups_state_the_exit_codes(

@@ -766,8 +766,14 @@ def target_resume(
 ) -> None:
     """Resume a halted target: its halting job runs again first (or is skipped)."""
     with _hub() as hub:
+        # Read first: the answer to a retry still names the halting job (the halt lifts
+        # once that job asks again), so only this says whether there was one.
+        halted_by = hub.target(name).get("halted_by")
         hub.resume_target(name, "skip" if skip else "retry")
-    typer.echo(f"resumed target {name} ({'skipped' if skip else 'retrying'} the halting job)")
+    if halted_by is None:
+        typer.echo(f"target {name} was not halted")
+    else:
+        typer.echo(f"resumed target {name}, {'skipping' if skip else 'retrying'} {halted_by}")
     _exit(0)
 
 
