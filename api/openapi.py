@@ -74,6 +74,10 @@ def document(app: FastAPI) -> None:
                     add("401", "Missing or invalid bearer token")
                 if "{job_id}" in path:
                     add("404", "No such job")
+                if path.startswith("/api/groups/{group}") and method in ("get", "post"):
+                    add("404", "No job ever named this group, and no setting was made for it")
+                if path.startswith("/api/targets/") and method == "post":
+                    add("409", "The halting job can no longer be retried")
                 if method in ("post", "delete") and path.startswith("/api/jobs"):
                     add("409", "Conflicts with the job's state or an earlier request")
                 if method in ("post", "put", "patch"):
