@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -212,6 +213,33 @@ def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
         "pending": 0,
     }
     assert ok(jobforge(api.url, "target", "resume", target)) == f"target {target} was not halted\n"
+
+
+@pytest.fixture(scope="module")
+def unheld(start_api: Callable[..., Api]) -> Iterator[Api]:
+    """An API whose quarantined jobs close at once (nothing can re-queue them)."""
+    api = start_api(JOB_REQUEUE_HOLD_S="0")
+    yield api
+    api.proc.stop(timeout=15)
+
+
+def test_resume_of_a_target_whose_halting_job_has_closed_says_to_skip_it(
+    unheld: Api, name: str, job_type: str
+) -> None:
+    job_id = ok(jobforge(unheld.url, "submit", job_type, "--target", name)).strip()
+    unheld.wait_status(job_id, "quarantined")
+    wait_until(
+        lambda: shown(unheld, "target", "show", name)["halted_by"] == job_id,
+        timeout=30,
+        what="the halt",
+    )
+
+    line = one_error_line(jobforge(unheld.url, "target", "resume", name))
+
+    assert line.startswith("error: HTTP 409: "), line
+    assert line.endswith(f"(jobforge target resume {name} --skip)"), line
+    skipped = ok(jobforge(unheld.url, "target", "resume", name, "--skip"))
+    assert skipped == f"resumed target {name}, skipping {job_id}\n"
 
 
 @pytest.mark.parametrize(

@@ -769,7 +769,12 @@ def target_resume(
         # Read first: the answer to a retry still names the halting job (the halt lifts
         # once that job asks again), so only this says whether there was one.
         halted_by = hub.target(name).get("halted_by")
-        hub.resume_target(name, "skip" if skip else "retry")
+        try:
+            hub.resume_target(name, "skip" if skip else "retry")
+        except HubError as err:
+            if err.status == 409 and not skip:  # the halting job can no longer run again
+                _fail(f"{err} (jobforge target resume {name} --skip)")
+            raise
     if halted_by is None:
         typer.echo(f"target {name} was not halted")
     else:
