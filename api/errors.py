@@ -21,6 +21,7 @@ from workflows.errors import (
     JobConflict,
     JobforgeError,
     JobNotFound,
+    PoolFull,
     TemporalCallFailed,
     TemporalUnavailable,
     Unauthorized,
@@ -40,6 +41,7 @@ RETRY_AFTER = {"Retry-After": "1"}
 STATUS: dict[type[JobforgeError], int] = {
     InvalidField: 422,
     JobNotFound: 404,
+    PoolFull: 429,
     GroupNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,
@@ -120,10 +122,13 @@ def install(app: FastAPI) -> None:
         status = http_status(err)
         if status >= 500:
             log.warning("%s: %s", type(err).__name__, err.message)
+        headers = HEADERS.get(type(err))
+        if isinstance(err, PoolFull):
+            headers = {"Retry-After": str(err.retry_after_s)}
         return JSONResponse(
             {"error": err.message, **err.extra},
             status_code=status,
-            headers=HEADERS.get(type(err)),
+            headers=headers,
         )
 
     @app.exception_handler(HTTPException)

@@ -38,6 +38,7 @@ from workflows.errors import (
     InvalidField,
     JobConflict,
     JobNotFound,
+    PoolFull,
     TemporalCallFailed,
     TemporalUnavailable,
 )
@@ -112,6 +113,12 @@ class JobService:
             raise InvalidField("deadline_at", "is in the past")
         gated = spec.group is not None or spec.pool is not None or spec.target is not None
         holds = spec.group is not None or spec.target is not None
+        if spec.admission == "reject" and spec.pool is not None:
+            admission = await self._gates.reserve(job_id, spec, created)
+            if admission.reason == "cost_above_capacity":
+                raise InvalidField("cost_units", f"is above pool {spec.pool}'s capacity")
+            if not admission.admitted:
+                raise PoolFull(spec.pool, admission.reason or "pool_full", admission.retry_after_s)
         inp = JobInput(
             id=job_id,
             spec=spec,

@@ -18,6 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import TemporalCallFailed
 from workflows.gate_models import (
+    Admission,
     GateInput,
     GateKind,
     GatePatch,
@@ -35,6 +36,7 @@ from workflows.names import (
     GATE_QUERY,
     GATE_WORKFLOW,
     PAUSE_UPDATE,
+    RESERVE_UPDATE,
     RESUME_UPDATE,
     gate_workflow_id,
 )
@@ -86,6 +88,22 @@ class Gates:
             )
         )
 
+    async def reserve(self, job_id: str, spec: JobSpec, created_at: int) -> Admission:
+        """Ask the job's pool to take it now (admission-only mode): on yes its lease is
+        reserved for the job about to start; on no, nothing is kept."""
+        assert spec.pool is not None
+        request = GateRequest(
+            job_id=job_id,
+            cost=spec.cost_units,
+            priority=spec.priority,
+            created_at=created_at,
+            deadline_at=spec.deadline_at,
+        )
+        admission: Admission = await self._update(
+            GateKind.POOL, spec.pool, RESERVE_UPDATE, request, result_type=Admission
+        )
+        return admission
+
     async def view(self, kind: GateKind, key: str) -> GateView | None:
         """The gate as it holds itself, or None if it never ran."""
         handle: WorkflowHandle[Any, Any] = self._client.get_workflow_handle(
@@ -113,16 +131,26 @@ class Gates:
 
     async def configure(self, kind: GateKind, key: str, patch: GatePatch) -> GateView:
         """Change a gate's settings, starting it if it never ran."""
-        return await self._update(kind, key, CONFIGURE_UPDATE, patch)
+        view: GateView = await self._update(kind, key, CONFIGURE_UPDATE, patch)
+        return view
 
     async def pause(self, kind: GateKind, key: str) -> GateView:
         """Pause a gate; answers once no job of it can be assigned any more."""
-        return await self._update(kind, key, PAUSE_UPDATE, None)
+        view: GateView = await self._update(kind, key, PAUSE_UPDATE, None)
+        return view
 
     async def resume(self, kind: GateKind, key: str, how: TargetResume) -> GateView:
-        return await self._update(kind, key, RESUME_UPDATE, how)
+        view: GateView = await self._update(kind, key, RESUME_UPDATE, how)
+        return view
 
-    async def _update(self, kind: GateKind, key: str, update: str, arg: object) -> GateView:
+    async def _update(
+        self,
+        kind: GateKind,
+        key: str,
+        update: str,
+        arg: object,
+        result_type: type[Any] = GateView,
+    ) -> Any:
         gate = self.ref(kind, key)
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             GATE_WORKFLOW,
@@ -133,12 +161,11 @@ class Gates:
             static_summary=f"{kind.value} {key}",
         )
         try:
-            view: GateView = await self._client.execute_update_with_start_workflow(
+            return await self._client.execute_update_with_start_workflow(
                 update,
                 args=[] if arg is None else [arg],
                 start_workflow_operation=start,
-                result_type=GateView,
+                result_type=result_type,
             )
         except WorkflowUpdateFailedError as err:
             raise TemporalCallFailed(f"{update} of {kind.value} {key} failed: {err.cause}") from err
-        return view

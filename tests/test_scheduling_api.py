@@ -8,9 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from bench.harness import Proc, wait_until
 from tests.conftest import REGISTERED_TYPE, Api, Stack
+from worker.devserver import DevServer
+from workflows import search_attributes
 
 FAILING_TYPE = "no-solver-anywhere"  # no solver is registered for it: every attempt fails
 
@@ -221,3 +224,40 @@ def test_a_job_with_a_future_start_says_start_time(api: Api) -> None:
     assert job["status"] == "pending"
     answer = api.http.delete(f"/api/jobs/{job_id}")
     assert answer.status_code == 204
+
+
+# -- admission-only (001) --------------------------------------------------------------------
+
+
+async def test_an_admission_only_job_is_taken_now_or_refused_with_retry_after(
+    api: Api, temporal: DevServer, name: str
+) -> None:
+    ok(api.http.put(f"/api/pools/{name}", json={"capacity": 2}))
+    body = {"type": REGISTERED_TYPE, "pool": name, "admission": "reject"}
+    # Admitted: it holds both units while it waits at its paused group.
+    ok(api.http.post(f"/api/groups/{name}/pause"))
+    first = ok(api.http.post("/api/jobs", json={**body, "cost_units": 2, "group": name}), 201)
+    assert ok(api.http.get(f"/api/pools/{name}"))["in_use"] == 2
+
+    refused = api.http.post("/api/jobs", json=body)
+    assert refused.status_code == 429, refused.text
+    answer = refused.json()
+    assert answer["reason"] == "pool_full"
+    assert answer["retry_after_s"] >= 1
+    assert refused.headers["Retry-After"] == str(answer["retry_after_s"])
+    too_big = api.http.post("/api/jobs", json={**body, "cost_units": 3})
+    assert too_big.status_code == 422 and "cost_units" in too_big.text
+
+    ok(api.http.post(f"/api/groups/{name}/resume"))
+    api.wait_status(first["id"], "completed")
+    second = ok(api.http.post("/api/jobs", json=body), 201)
+    api.wait_status(second["id"], "completed")
+    # Nothing was made for the refused submissions: two jobs ever named the pool.
+    client = await Client.connect(temporal.address)
+    query = f"{search_attributes.POOL.name} = '{name}'"
+    assert (await client.count_workflows(query)).count == 2
+
+
+def test_admission_reject_needs_a_pool(api: Api) -> None:
+    answer = api.http.post("/api/jobs", json={"type": REGISTERED_TYPE, "admission": "reject"})
+    assert answer.status_code == 422 and "admission" in answer.text

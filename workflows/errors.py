@@ -136,6 +136,18 @@ class GroupNotFound(JobforgeError):  # noqa: N818 - the domain's own words
         super().__init__(f"group {group} not found", group=group)
 
 
+class PoolFull(JobforgeError):  # noqa: N818 - the domain's own words
+    """An admission-only job (`admission: reject`) the pool cannot take now."""
+
+    def __init__(self, pool: str, reason: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"pool {pool} cannot take the job now ({reason}); retry after {retry_after_s} s",
+            reason=reason,
+            retry_after_s=retry_after_s,
+        )
+        self.retry_after_s = retry_after_s
+
+
 class JobConflict(JobforgeError):  # noqa: N818 - the domain's own words
     """The request conflicts with the job's state or an earlier request."""
 

@@ -65,6 +65,15 @@ class GateGrant(BaseModel):
     weight: float | None = None
 
 
+class Admission(BaseModel):
+    """A pool's answer to an admission-only job: taken now (its lease reserved), or
+    not, with why and when to try again."""
+
+    admitted: bool
+    reason: str | None = None
+    retry_after_s: int = 0
+
+
 class GateSettings(BaseModel):
     """A gate's settings, changed at runtime by the `configure` update."""
 
@@ -116,6 +125,10 @@ class Holder(Waiter):
     granted_at: int
 
 
+# How long an admission-only job waits when the pool knows no lease time yet.
+RETRY_AFTER_DEFAULT_S = 5
+
+
 class GateInput(BaseModel):
     """GateWorkflow's input, and what it carries across continue-as-new."""
 
@@ -126,6 +139,8 @@ class GateInput(BaseModel):
     holders: list[Holder] = Field(default_factory=list)
     seq: int = 0
     released: list[str] = Field(default_factory=list)
+    # Mean time a lease was held (ms), for an admission-only job's retry_after.
+    lease_ms: float | None = None
 
 
 class GateView(BaseModel):

@@ -22,6 +22,8 @@ from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.gate_models import (
+        RETRY_AFTER_DEFAULT_S,
+        Admission,
         GateGrant,
         GateInput,
         GateKind,
@@ -45,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         PING_SIGNAL,
         RECALL_SIGNAL,
         RELEASE_SIGNAL,
+        RESERVE_UPDATE,
         RESUME_UPDATE,
     )
 
@@ -76,6 +79,7 @@ class GateWorkflow:
         self._holders: dict[str, Holder] = {h.request.job_id: h for h in inp.holders}
         self._seq = inp.seq
         self._released = list(inp.released)
+        self._lease_ms = inp.lease_ms
         self._dirty = True
         self._unanswered: set[str] = set()
         self._sending: set[asyncio.Task[None]] = set()
@@ -111,7 +115,9 @@ class GateWorkflow:
     def acquire(self, request: GateRequest) -> None:
         """A running job asks for its lease (again, after a recall or a re-queue)."""
         job_id = request.job_id
-        if job_id in self._holders:
+        holder = self._holders.get(job_id)
+        if holder is not None:  # granted already, or reserved by an admission-only submit
+            holder.seen_at = _now_ms()
             self._send(job_id, GRANT_SIGNAL, self._grant_for())
             return
         front = self._kind == GateKind.TARGET and self._settings.halted_by == job_id
@@ -129,6 +135,9 @@ class GateWorkflow:
         if release.outcome == "kept":
             return
         holder = self._holders.pop(job_id, None)
+        if holder is not None and release.outcome == "completed":
+            held = _now_ms() - holder.granted_at
+            self._lease_ms = held if self._lease_ms is None else 0.8 * self._lease_ms + 0.2 * held
         if release.outcome != "recalled":
             self._released = [*self._released[-(RELEASED_KEEP - 1) :], job_id]
         if release.outcome == "recalled" and holder is not None:
@@ -160,6 +169,29 @@ class GateWorkflow:
             self._settings.capacity = patch.capacity
         self._dirty = True
         return self.gate()
+
+    @workflow.update(name=RESERVE_UPDATE)
+    def reserve(self, request: GateRequest) -> Admission:
+        """A pool's answer to an admission-only job, now: its lease is reserved if it
+        fits and no job queues ahead of it, else when to come back."""
+        job_id = request.job_id
+        if job_id in self._holders:
+            return Admission(admitted=True)
+        capacity = self._settings.capacity
+        free = capacity - self._in_use()
+        if request.cost <= free and not any(w.request.ready for w in self._waiters.values()):
+            now = _now_ms()
+            self._seq += 1
+            self._holders[job_id] = Holder(
+                request=request, seq=self._seq, enqueued_at=now, granted_at=now
+            )
+            self._dirty = True
+            return Admission(admitted=True)
+        reason = "pool_full" if request.cost <= capacity else "cost_above_capacity"
+        held_s = (self._lease_ms or RETRY_AFTER_DEFAULT_S * 1000) / 1000
+        return Admission(
+            admitted=False, reason=reason, retry_after_s=max(1, min(3600, round(held_s)))
+        )
 
     @workflow.update(name=PAUSE_UPDATE)
     async def pause(self) -> GateView:
@@ -322,6 +354,7 @@ class GateWorkflow:
             holders=list(self._holders.values()),
             seq=self._seq,
             released=self._released,
+            lease_ms=self._lease_ms,
         )
 
     # -- signals out ---------------------------------------------------------------

@@ -129,6 +129,10 @@ class JobSpec(BaseModel):
     target: Annotated[str | None, Field(pattern=TARGET_PATTERN, description="Serial target")] = None
     earliest_start_at: EpochMs | None = None
     deadline_at: EpochMs | None = None
+    admission: Annotated[
+        Literal["queue", "reject"],
+        Field(description="reject: 201 if the pool takes the job now, else 429 (nothing made)"),
+    ] = "queue"
 
     @property
     def scheduled(self) -> bool:
@@ -180,6 +184,10 @@ class JobSpec(BaseModel):
     def _scheduling(self) -> JobSpec:
         if self.cost_units != 1 and self.pool is None:
             raise ValueError("cost_units needs a pool (cost is counted against a pool)")
+        if self.admission == "reject" and self.pool is None:
+            raise ValueError("admission reject needs a pool (it is the pool's answer)")
+        if self.admission == "reject" and self.earliest_start_at is not None:
+            raise ValueError("admission reject takes no earliest_start_at (it answers now)")
         if (
             self.deadline_at is not None
             and self.earliest_start_at is not None
@@ -270,6 +278,7 @@ class Job(BaseModel):
     target: str | None = None
     earliest_start_at: int | None = None
     deadline_at: int | None = None
+    admission: Literal["queue", "reject"] = "queue"
     waiting_for: WaitingFor | None = Field(
         default=None, description="Why a pending job is not running yet"
     )

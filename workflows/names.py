@@ -60,6 +60,7 @@ RELEASE_SIGNAL = "release"
 CONFIGURE_UPDATE = "configure"
 PAUSE_UPDATE = "pause"
 RESUME_UPDATE = "resume"
+RESERVE_UPDATE = "reserve"
 GATE_QUERY = "gate"
 GATE_MEMO = "gate"
 # JobWorkflow's side of the lease protocol.
