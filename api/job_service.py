@@ -127,6 +127,7 @@ class JobService:
             activity_task_queue=self._temporal.activity_queue(spec.type),
             heartbeat_timeout_ms=int(self._settings.heartbeat_timeout_s * 1000),
             requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
+            gates=self._gates.of(spec),
             gate_defaults=self._settings.gate_defaults() if gated else None,
         )
         job = pending_job(inp)

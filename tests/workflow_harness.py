@@ -189,6 +189,7 @@ class Harness:
             activity_task_queue=activity_task_queue or self.task_queue,
             heartbeat_timeout_ms=heartbeat_timeout_ms,
             requeue_hold_ms=requeue_hold_ms,
+            gates=gates.of(spec) if gates is not None else [],
         )
         handle = await self.client.start_workflow(
             JobWorkflow.run,

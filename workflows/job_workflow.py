@@ -36,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
         GateRequest,
         GateSettings,
         ReleaseOutcome,
-        job_gates,
     )
     from workflows.models import (
         WAITING_AT,
@@ -164,9 +163,7 @@ class JobWorkflow:
 
     async def _run_scheduled(self, inp: JobInput) -> Job:
         job = self._job
-        gates = job_gates(
-            workflow.info().task_queue, target=job.target, group=job.group, pool=job.pool
-        )
+        gates = inp.gates
         start = job.earliest_start_at
         if start is not None and start > _now_ms():
             job.waiting_for = WaitingFor.START_TIME

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from workflows.errors import ErrorType
-from workflows.gate_models import GateKind, GateSettings
+from workflows.gate_models import GateKind, GateRef, GateSettings
 
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PARAMS_MAX_BYTES = 64 * 1024
@@ -307,7 +307,9 @@ class JobInput(BaseModel):
     # A quarantined job of a group or target stays open this long for a re-queue
     # (retry-failed, target resume); other jobs close at once.
     requeue_hold_ms: int = 0
-    # The settings a gate this job passes starts with, should the job start it.
+    # The gates this job passes, in order, and the settings a gate starts with should
+    # the job have to start it.
+    gates: list[GateRef] = Field(default_factory=list)
     gate_defaults: GateSettings | None = None
 
 

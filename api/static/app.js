@@ -1,5 +1,7 @@
 // jobforge dashboard: plain JS, no build step. One page of jobs at a time, kept live
 // from the server-sent event stream; counts and page 1 are re-read (throttled) after events.
+// The side panels (fleet, groups, pools) are re-read every PANELS_EVERY_MS, one list call
+// each, while the tab is visible.
 "use strict";
 
 // The status chips: the API's statuses, and a cancelled job (failed with fail_reason
@@ -16,7 +18,17 @@ const TYPE_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const TOKEN_KEY = "jobforge.token";
 // Rows per page: 50, or ?limit=N (1…200) in the page's address.
 const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get("limit")) || 50, 1), 200);
-const FLEET_EVERY_MS = 5000;
+const PANELS_EVERY_MS = 5000;
+// Why a pending job is not running yet (`waiting_for` on a job read), in words.
+const WAITING_FOR = {
+  group_paused: "its group is paused",
+  group_limit: "its group runs max_parallel jobs already",
+  pool_capacity: "its pool has too few free units",
+  target_busy: "another job of its target goes first",
+  target_halted: "its target is halted by a failed job",
+  start_time: "its earliest start time has not come",
+  no_worker: "no live worker serves its type",
+};
 const RESULT_PREVIEW_CHARS = 2000;
 const LATEST_KEEP = 5000;
 
@@ -35,6 +47,12 @@ const state = {
   selected: null,
   detail: null,
   cancelMessage: null, // {id, text, error}
+  groups: [], // GET /api/groups, as last read or changed here
+  pools: [], // GET /api/pools
+  groupsSeq: 0, // bumped by a pause/resume here, so a list read begun before it is dropped
+  busy: new Set(), // groups with a pause/resume in flight
+  groupMessages: new Map(), // group → {text, error} of its last refused action
+  target: null, // the open job's target: {name, view, message, busy, seq}
   stream: null,
   timers: {},
   running: false,
@@ -216,9 +234,11 @@ async function start() {
   $("#sign-out").hidden = false;
   showError("");
   renderChips();
-  await Promise.all([guard(loadCounts), guard(loadPage), guard(loadFleet)]);
+  await Promise.all([
+    guard(loadCounts), guard(loadPage), guard(loadFleet), guard(loadGroups), guard(loadPools),
+  ]);
   openStream();
-  scheduleFleet();
+  schedulePanels();
 }
 
 // ---------------------------------------------------------------- counts and chips
@@ -543,7 +563,10 @@ const detailSoon = debounce(() => {
 }, 250, 1000);
 
 function selectJob(id) {
-  if (state.selected !== id) state.cancelMessage = null;
+  if (state.selected !== id) {
+    state.cancelMessage = null;
+    if (state.target) state.target.message = null;
+  }
   state.selected = id;
   for (const { job, tr } of state.rows.values()) tr.classList.toggle("selected", job.id === id);
   const panel = $("#job-detail");
@@ -572,6 +595,7 @@ async function loadDetail(id) {
     return;
   }
   state.detail = await response.json();
+  const { target } = state.detail;
   if (state.selected === id) renderDetail(state.detail);
   // The detail is authoritative: bring the row up to date too.
   const shown = state.rows.get(id);
@@ -588,6 +612,7 @@ async function loadDetail(id) {
       fillRow(shown.tr, shown.job);
     }
   }
+  if (target && state.selected === id) await loadTarget(target);
 }
 
 function temporalUrl(id) {
@@ -606,7 +631,8 @@ function detailHeader(id) {
 }
 
 function definitionList(pairs) {
-  return h("dl", {}, pairs.map(([term, value, id]) => [h("dt", {}, term), h("dd", { id }, value)]));
+  return h("dl", {}, pairs.filter(Boolean).map(([term, value, id]) =>
+    [h("dt", {}, term), h("dd", { id }, value)]));
 }
 
 function pre(text, id) {
@@ -647,6 +673,7 @@ function renderDetail(job) {
   );
   const waited = job.claimed_at ? job.claimed_at - job.created_at : null;
   const ran = job.claimed_at && job.completed_at ? job.completed_at - job.claimed_at : null;
+  const scheduling = schedulingPairs(job);
   const parts = [
     detailHeader(job.id),
     actions,
@@ -654,11 +681,17 @@ function renderDetail(job) {
       ["Type", job.type],
       ["Priority", job.priority],
       ["Attempts", `${job.attempts} / ${job.max_attempts}`, "detail-attempts"],
+      (job.status === "pending" || job.waiting_for) &&
+        ["Waiting for", waitingFor(job.waiting_for), "detail-waiting-for"],
       ["Worker", job.worker_id || "—"],
       ["Fail reason", job.fail_reason || "—"],
       ["Solver", job.solver_url || "registered for the type"],
       ["Max runtime", formatDuration(job.max_runtime_ms)],
     ]),
+    scheduling.length > 0 && h("h3", {}, "Scheduling"),
+    scheduling.length > 0 && definitionList(scheduling),
+    job.target && h("h3", {}, "Target"),
+    job.target && targetPanel(job.target),
     h("h3", {}, "Timings"),
     definitionList([
       ["Created", formatTime(job.created_at)],
@@ -684,6 +717,121 @@ function renderDetail(job) {
     job.log_tail && pre(job.log_tail, "detail-log"),
   ];
   $("#job-detail").replaceChildren(...parts.filter(Boolean));
+}
+
+function waitingFor(reason) {
+  if (!reason) return h("span", { class: "muted", "data-waiting-for": "" }, "— (queued for a worker)");
+  return h("span", { "data-waiting-for": reason }, h("code", {}, reason), " ",
+           h("span", { class: "muted" }, WAITING_FOR[reason] || ""));
+}
+
+// The scheduling fields a job was submitted with (none for a plain job).
+function schedulingPairs(job) {
+  return [
+    job.group && ["Group", detailGroup(job), "detail-group"],
+    job.pool && ["Pool", job.pool, "detail-pool"],
+    job.pool && ["Cost units", job.cost_units, "detail-cost-units"],
+    job.target && ["Target", job.target, "detail-target-name"],
+    job.earliest_start_at && ["Earliest start", formatTime(job.earliest_start_at), "detail-earliest-start"],
+    job.deadline_at && ["Deadline", formatTime(job.deadline_at), "detail-deadline"],
+  ].filter(Boolean);
+}
+
+// The job's group, and Pause / Resume for it: the panel of groups is under this one.
+// Its state comes from the last list read (or, before the group is listed, from the
+// job's own waiting reason).
+function detailGroup(job) {
+  const known = state.groups.find((g) => g.group === job.group);
+  const paused = known ? known.paused : job.waiting_for === "group_paused";
+  if (!known && !paused) return h("span", { "data-group": job.group }, job.group);
+  const action = paused ? "resume" : "pause";
+  return h(
+    "span",
+    { class: "inline", "data-group": job.group, "data-paused": String(paused) },
+    job.group,
+    paused && h("span", { class: "state paused" }, "paused"),
+    h("button", { id: `detail-group-${action}`, type: "button", disabled: state.busy.has(job.group),
+                  onclick: () => setGroupPaused(job.group, !paused) },
+      paused ? "Resume group" : "Pause group"),
+  );
+}
+
+// ---------------------------------------------------------------- the open job's target
+
+// A target may be `tenant/name`: the route takes the slash as is.
+function targetPath(name) {
+  return name.split("/").map(encodeURIComponent).join("/");
+}
+
+async function loadTarget(name) {
+  const seq = state.target && state.target.name === name ? state.target.seq : 0;
+  const view = await getJson(`/api/targets/${targetPath(name)}`);
+  if (!state.detail || state.detail.target !== name) return;
+  if (!state.target || state.target.name !== name) {
+    state.target = { name, view, message: null, busy: false, seq: 0 };
+  } else if (state.target.seq === seq) {
+    state.target.view = view; // else a resume here answered meanwhile, and is newer
+  }
+  renderTarget();
+}
+
+function renderTarget() {
+  const shown = $("#detail-target");
+  if (shown && state.detail && state.detail.target) shown.replaceWith(targetPanel(state.detail.target));
+}
+
+function targetPanel(name) {
+  const t = state.target && state.target.name === name ? state.target : null;
+  if (!t) return h("div", { id: "detail-target", "data-target": name }, h("p", { class: "muted" }, "Loading…"));
+  const { view } = t;
+  const resume = (how, label, title) =>
+    h("button", { id: `target-resume-${how}`, type: "button", title, disabled: t.busy,
+                  onclick: () => resumeTarget(name, how) }, label);
+  return h(
+    "div",
+    { id: "detail-target", "data-target": name, "data-halted": String(view.halted) },
+    definitionList([
+      ["State", h("span", { class: `state ${view.halted ? "halted" : "open"}` },
+                  view.halted ? "halted" : "open"), "target-state"],
+      view.halted_by && ["Halted by",
+        h("button", { class: "link mono", type: "button", onclick: () => selectJob(view.halted_by) },
+          view.halted_by), "target-halted-by"],
+      ["Jobs", `${view.running} running · ${view.pending} pending`, "target-counts"],
+    ]),
+    view.halted && h(
+      "div",
+      { class: "actions" },
+      resume("retry", "Resume (retry)", "Re-queue the job that halted it; it runs first"),
+      resume("skip", "Resume (skip)", "Leave the job that halted it quarantined; run the next"),
+    ),
+    t.message && h("p", { id: "target-message", class: t.message.error ? "error" : "ok" }, t.message.text),
+  );
+}
+
+async function resumeTarget(name, how) {
+  const t = state.target;
+  if (!t || t.name !== name || t.busy) return;
+  t.busy = true;
+  t.seq += 1;
+  t.message = null;
+  renderTarget();
+  await guard(async () => {
+    const response = await api(`/api/targets/${targetPath(name)}/resume`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ job: how }),
+    });
+    if (response.ok) {
+      t.view = await response.json();
+      t.message = { text: `Resumed (${how}).`, error: false };
+    } else {
+      t.message = { text: `Not resumed: ${await errorText(response)}`, error: true };
+    }
+  });
+  t.busy = false;
+  renderTarget();
+  detailSoon();
+  refreshSoon();
 }
 
 async function cancelJob(id) {
@@ -727,11 +875,125 @@ async function loadFleet() {
   if (!workers.length) $("#fleet-list").append(h("li", { class: "muted" }, "No workers registered."));
 }
 
-function scheduleFleet() {
-  state.timers.fleet = setTimeout(async () => {
-    if (!document.hidden) await guard(loadFleet);
-    if (state.running) scheduleFleet();
-  }, FLEET_EVERY_MS);
+// ---------------------------------------------------------------- groups and pools
+
+function countChips(counts) {
+  const shown = STATUSES.filter((s) => counts[s]);
+  if (!shown.length) return h("span", { class: "counts muted small" }, "no jobs");
+  return h("span", { class: "counts small" }, shown.map((s) =>
+    h("span", { class: "count-chip", "data-status": s, "data-count": counts[s] },
+      h("span", { class: `dot s-${s}` }), `${counts[s]} ${s}`)));
+}
+
+async function loadGroups() {
+  const seq = state.groupsSeq;
+  const groups = await getJson("/api/groups");
+  if (!state.running || seq !== state.groupsSeq) return;
+  state.groups = groups;
+  renderGroups();
+}
+
+function renderGroups() {
+  const groups = state.groups;
+  const open = $("#detail-group");
+  if (open && state.detail && state.detail.group) open.replaceChildren(detailGroup(state.detail));
+  const paused = groups.filter((g) => g.paused).length;
+  $("#groups-summary").textContent = groups.length ? `${paused} of ${groups.length} paused` : "";
+  const list = $("#group-list");
+  list.replaceChildren(...groups.map(groupItem));
+  if (!groups.length) list.append(h("li", { class: "muted" }, "No groups yet."));
+}
+
+function groupItem(g) {
+  const message = state.groupMessages.get(g.group);
+  const action = g.paused ? "resume" : "pause";
+  return h(
+    "li",
+    { class: "gate", "data-group": g.group, "data-paused": String(g.paused) },
+    h("span", { class: "name", title: g.group }, g.group),
+    h("span", { class: `state ${g.paused ? "paused" : "open"}`, "data-field": "state" },
+      g.paused ? "paused" : "active"),
+    h("button", { type: "button", class: `group-${action}`, "data-action": action,
+                  disabled: state.busy.has(g.group),
+                  onclick: () => setGroupPaused(g.group, !g.paused) },
+      g.paused ? "Resume" : "Pause"),
+    h("span", { class: "muted small limits" },
+      h("span", { "data-field": "max-parallel" }, `max_parallel ${g.max_parallel ?? "∞"}`), " · ",
+      h("span", { "data-field": "weight" }, `weight ${g.weight}`)),
+    countChips(g.counts),
+    message && h("span", { class: "small error", role: "alert" }, message),
+  );
+}
+
+async function setGroupPaused(name, paused) {
+  if (state.busy.has(name)) return;
+  state.busy.add(name);
+  state.groupsSeq += 1;
+  state.groupMessages.delete(name);
+  renderGroups();
+  await guard(async () => {
+    const response = await api(`/api/groups/${encodeURIComponent(name)}/${paused ? "pause" : "resume"}`,
+                               { method: "POST" });
+    if (response.ok) {
+      const view = await response.json();
+      state.groups = state.groups.map((g) => (g.group === view.group ? view : g));
+    } else {
+      state.groupMessages.set(name, `Not ${paused ? "paused" : "resumed"}: ${await errorText(response)}`);
+    }
+  });
+  state.busy.delete(name);
+  renderGroups();
+  // An open job of this group now waits for something else (or runs).
+  if (state.detail && state.detail.group === name) detailSoon();
+}
+
+async function loadPools() {
+  const pools = await getJson("/api/pools");
+  if (!state.running) return;
+  state.pools = pools;
+  const list = $("#pool-list");
+  list.replaceChildren(...pools.map(poolItem));
+  $("#pools-summary").textContent = pools.length ? `${pools.length}` : "";
+  if (!pools.length) list.append(h("li", { class: "muted" }, "No pools yet."));
+}
+
+function poolItem(p) {
+  const full = p.in_use >= p.capacity;
+  const bar = h("span", { class: "fill" });
+  bar.style.width = `${p.capacity > 0 ? Math.min(100, (100 * p.in_use) / p.capacity) : 100}%`;
+  return h(
+    "li",
+    { class: "gate", "data-pool": p.pool, "data-full": String(full) },
+    h("span", { class: "name", title: p.pool }, p.pool),
+    h("span", { class: "small units", title: "units in use / capacity" },
+      h("span", { "data-field": "in-use" }, p.in_use), " / ",
+      h("span", { "data-field": "capacity" }, p.capacity), " units"),
+    h("span", { class: "bar", role: "img", "aria-label": `${p.in_use} of ${p.capacity} units in use` }, bar),
+    h("span", { class: "muted small" },
+      h("span", { "data-field": "pending" }, `${p.pending} pending`), " · ",
+      h("span", { "data-field": "running" }, `${p.running} running`)),
+  );
+}
+
+// ---------------------------------------------------------------- the refresh cadence
+
+async function refreshPanels() {
+  // What an open detail shows can change with no event of its own (a group paused from
+  // the CLI, a target halted by another job): one more read for it, not one per row.
+  const open = state.detail && state.detail.id === state.selected ? state.detail : null;
+  let detail = null;
+  if (open && open.status === "pending") detail = () => loadDetail(open.id);
+  else if (open && open.target) detail = () => loadTarget(open.target);
+  await Promise.all([
+    guard(loadFleet), guard(loadGroups), guard(loadPools), detail && guard(detail),
+  ]);
+}
+
+function schedulePanels() {
+  state.timers.panels = setTimeout(async () => {
+    if (!document.hidden) await refreshPanels();
+    if (state.running) schedulePanels();
+  }, PANELS_EVERY_MS);
 }
 
 // ---------------------------------------------------------------- wiring

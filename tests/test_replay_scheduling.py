@@ -1,0 +1,174 @@
+"""Replay of committed histories of the scheduled path (JobWorkflow with gates, start
+times and deadlines) and of GateWorkflow: today's code must still accept them.
+
+They come from real runs of the real workflows in process, with the stand-in attempt
+activity (tests/workflow_harness.py). Record them afresh only for a new, versioned set
+(add a suffix, never overwrite a committed file):
+
+    JOBFORGE_RECORD_HISTORIES=1 .venv/bin/pytest tests/test_replay_scheduling.py
+
+Without that variable only the committed files are replayed (no server needed).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from engine.gates import Gates
+from tests.conftest import wait_until_async
+from tests.workflow_harness import Harness, now_ms, running_harness
+from worker.devserver import DevServer
+from worker.native import workflow_runner
+from workflows.gate_models import GateKind, GatePatch, GateSettings, TargetResume
+from workflows.gate_workflow import GateWorkflow
+from workflows.job_workflow import SCHEDULING_PATCH, JobWorkflow
+from workflows.models import AttemptInput, AttemptResult, JobSpec, JobStatus
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
+SUFFIX = "-v1"
+
+# history kind → (workflow type, how its run ended)
+KINDS = {
+    "scheduled-group-pool-completed": ("JobWorkflow", "COMPLETED"),
+    "scheduled-target-requeued-completed": ("JobWorkflow", "COMPLETED"),
+    "scheduled-deadline-failed": ("JobWorkflow", "FAILED"),
+    "scheduled-start-time-cancelled": ("JobWorkflow", "CANCELED"),
+    "gate-group-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+}
+NAMES = [f"{kind}{SUFFIX}" for kind in KINDS]
+
+
+def history_file(name: str) -> Path:
+    return HISTORIES / f"{name}.json"
+
+
+def raw(name: str) -> dict[str, object]:
+    parsed: dict[str, object] = json.loads(history_file(name).read_text())
+    return parsed
+
+
+# -- recording (only with JOBFORGE_RECORD_HISTORIES=1) --------------------------------
+
+
+@pytest.fixture
+async def harness(temporal: DevServer) -> AsyncIterator[Harness]:
+    client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+    async with running_harness(client) as harness:
+        yield harness
+
+
+async def save(client: Client, workflow_id: str, name: str, run_id: str | None = None) -> None:
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+
+    async def closed() -> bool:
+        status = (await handle.describe()).status
+        return status is not None and status != WorkflowExecutionStatus.RUNNING
+
+    await wait_until_async(closed, timeout=60, what=f"{workflow_id} to close")
+    history = await handle.fetch_history()
+    history_file(name).write_text(history.to_json() + "\n")
+
+
+@pytest.mark.skipif(not RECORD, reason="records only with JOBFORGE_RECORD_HISTORIES=1")
+async def test_recording_scheduled_histories_from_real_runs(harness: Harness) -> None:
+    for name in NAMES:
+        assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
+    client = harness.client
+    gates = Gates(client, harness.task_queue, GateSettings(history_limit=60))
+
+    async def submit(**fields: object) -> str:
+        unserved = fields.pop("unserved", None)
+        spec = JobSpec.model_validate({"type": "in-process", **fields})
+        handle = await harness.submit(
+            spec=spec,
+            gates=gates,
+            requeue_hold_ms=600_000,
+            activity_task_queue="nobody-polls-this" if unserved else None,
+        )
+        return handle.id
+
+    # A group + pool job, through a group that continues as new along the way.
+    await gates.configure(GateKind.GROUP, "g", GatePatch(max_parallel=1))
+    await gates.pause(GateKind.GROUP, "g")
+    first = await submit(group="g", pool="p", cost_units=2)
+    await gates.resume(GateKind.GROUP, "g", TargetResume())
+    for _ in range(8):
+        await submit(group="g")
+    await save(client, first, f"scheduled-group-pool-completed{SUFFIX}")
+    gate_id = gates.ref(GateKind.GROUP, "g").workflow_id
+    runs = [e async for e in client.list_workflows(f"WorkflowId = '{gate_id}'")]
+    first_run = next(r for r in runs if r.status == WorkflowExecutionStatus.CONTINUED_AS_NEW)
+    await save(client, gate_id, f"gate-group-continued-as-new{SUFFIX}", first_run.run_id)
+
+    # A target job that fails, halts its target, is re-queued and completes.
+    fail = harness.stand_in.fail("solver_exit", "boom")
+    succeed = harness.stand_in.succeed()
+
+    async def first_fails(inp: AttemptInput) -> AttemptResult:
+        return await (fail if inp.attempt == 1 else succeed)(inp)
+
+    harness.stand_in.default = first_fails
+    target_job = await submit(target="t")
+    handle = client.get_workflow_handle_for(JobWorkflow.run, target_job)
+    await harness.wait_status(handle, JobStatus.QUARANTINED)
+    await handle.execute_update(JobWorkflow.requeue)
+    await save(client, target_job, f"scheduled-target-requeued-completed{SUFFIX}")
+    harness.stand_in.default = succeed
+
+    # A job nobody takes before its deadline.
+    late = await submit(unserved=True, deadline_at=now_ms() + 1500)
+    await save(client, late, f"scheduled-deadline-failed{SUFFIX}")
+
+    # A job cancelled while it waits for its start time.
+    later = await submit(earliest_start_at=now_ms() + 600_000)
+    handle = client.get_workflow_handle_for(JobWorkflow.run, later)
+    await harness.wait_for(handle, lambda j: j.waiting_for is not None, "waiting")
+    await handle.execute_update(JobWorkflow.cancel)
+    await handle.cancel()
+    await save(client, later, f"scheduled-start-time-cancelled{SUFFIX}")
+
+
+# -- replay (always) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_scheduled_history_is_committed_and_of_its_kind(name: str) -> None:
+    assert history_file(name).exists(), f"record {name} (see the module docstring)"
+    kind = name.removesuffix(SUFFIX)
+    workflow_type, outcome = KINDS[kind]
+    events = raw(name)["events"]
+    assert isinstance(events, list)
+    started = events[0]["workflowExecutionStartedEventAttributes"]
+    assert started["workflowType"]["name"] == workflow_type
+    assert events[-1]["eventType"].removeprefix("EVENT_TYPE_WORKFLOW_EXECUTION_") == outcome
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("scheduled")])
+def test_each_scheduled_job_history_took_the_patched_path(name: str) -> None:
+    events = raw(name)["events"]
+    assert isinstance(events, list)
+    markers = [e for e in events if e["eventType"] == "EVENT_TYPE_MARKER_RECORDED"]
+    assert len(markers) == 1
+    payload = markers[0]["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]
+    assert json.loads(base64.b64decode(payload["data"]))["id"] == SCHEDULING_PATCH
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_todays_workflows_replay_each_scheduled_history(name: str) -> None:
+    history = WorkflowHistory.from_json(name, history_file(name).read_text())
+    replayer = Replayer(
+        workflows=[JobWorkflow, GateWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    await replayer.replay_workflow(history)
