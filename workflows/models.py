@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -180,20 +181,34 @@ class JobSpec(BaseModel):
             raise ValueError("solver_checksum is required when solver_url is given")
         return self
 
+    # Checks across fields, each on the later field so a 422 names it (fields are
+    # validated in order: pool before cost_units, earliest_start_at before deadline_at).
+    @field_validator("cost_units")
+    @classmethod
+    def _cost_needs_pool(cls, value: int, info: ValidationInfo) -> int:
+        if value != 1 and info.data.get("pool") is None:
+            raise ValueError("needs a pool (cost is counted against a pool)")
+        return value
+
+    @field_validator("deadline_at")
+    @classmethod
+    def _deadline_after_start(cls, value: int | None, info: ValidationInfo) -> int | None:
+        start = info.data.get("earliest_start_at")
+        if value is not None and start is not None and value <= start:
+            raise ValueError("must be after earliest_start_at")
+        return value
+
+    @field_validator("admission")
+    @classmethod
+    def _admission_needs_pool(cls, value: str, info: ValidationInfo) -> str:
+        if value == "reject" and info.data.get("pool") is None:
+            raise ValueError("reject needs a pool (it is the pool's answer)")
+        if value == "reject" and info.data.get("earliest_start_at") is not None:
+            raise ValueError("reject takes no earliest_start_at (it answers now)")
+        return value
+
     @model_validator(mode="after")
     def _scheduling(self) -> JobSpec:
-        if self.cost_units != 1 and self.pool is None:
-            raise ValueError("cost_units needs a pool (cost is counted against a pool)")
-        if self.admission == "reject" and self.pool is None:
-            raise ValueError("admission reject needs a pool (it is the pool's answer)")
-        if self.admission == "reject" and self.earliest_start_at is not None:
-            raise ValueError("admission reject takes no earliest_start_at (it answers now)")
-        if (
-            self.deadline_at is not None
-            and self.earliest_start_at is not None
-            and self.deadline_at <= self.earliest_start_at
-        ):
-            raise ValueError("deadline_at must be after earliest_start_at")
         if self.target is not None and "max_attempts" not in self.model_fields_set:
             # A serial target halts on a failure: one attempt unless the submitter asks.
             self.max_attempts = 1
