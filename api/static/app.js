@@ -19,15 +19,16 @@ const TOKEN_KEY = "jobforge.token";
 // Rows per page: 50, or ?limit=N (1…200) in the page's address.
 const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get("limit")) || 50, 1), 200);
 const PANELS_EVERY_MS = 5000;
-// Why a pending job is not running yet (`waiting_for` on a job read), in words.
+// Why a pending job is not running yet (`waiting_for` on a job read), in the words of
+// docs/scheduling.md.
 const WAITING_FOR = {
   group_paused: "its group is paused",
-  group_limit: "its group runs max_parallel jobs already",
-  pool_capacity: "its pool has too few free units",
-  target_busy: "another job of its target goes first",
+  group_limit: "its group's max_parallel is reached",
+  pool_capacity: "its pool has no room (or a job ahead reserves it)",
+  target_busy: "another job of its target holds it",
   target_halted: "its target is halted by a failed job",
-  start_time: "its earliest start time has not come",
-  no_worker: "no live worker serves its type",
+  start_time: "before its earliest_start_at",
+  no_worker: "no live worker has polled its type's queue in 90 s",
 };
 const RESULT_PREVIEW_CHARS = 2000;
 const LATEST_KEEP = 5000;
@@ -936,7 +937,9 @@ async function setGroupPaused(name, paused) {
                                { method: "POST" });
     if (response.ok) {
       const view = await response.json();
-      state.groups = state.groups.map((g) => (g.group === view.group ? view : g));
+      // A group the last list read did not have yet (visibility lags a new gate) joins it.
+      state.groups = [...state.groups.filter((g) => g.group !== view.group), view]
+        .sort((a, b) => (a.group < b.group ? -1 : a.group > b.group ? 1 : 0));
     } else {
       state.groupMessages.set(name, `Not ${paused ? "paused" : "resumed"}: ${await errorText(response)}`);
     }
