@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import visibility
+from api.job_views import TtlCache
 from engine.connection import TemporalSettings
 from engine.gates import Gates
 from workflows.errors import ErrorType, GroupNotFound, JobConflict, JobNotFound
@@ -98,8 +99,10 @@ class GateService:
         temporal: TemporalSettings,
         gates: Gates,
         cancel: Callable[[str], Awaitable[object]],
+        cache_ms: int = 0,
     ) -> None:
         self._client = client
+        self._cache = TtlCache(cache_ms)
         self._cancel = cancel
         self._temporal = temporal
         self._gates = gates
@@ -114,8 +117,13 @@ class GateService:
         return await self._group_view(view)
 
     async def groups(self) -> list[GroupView]:
-        views = await self._listed(GateKind.GROUP)
-        return list(await asyncio.gather(*(self._group_view(view) for view in views)))
+        """Every group, cached METRICS_CACHE_MS: N dashboards cost one set of calls."""
+
+        async def compute() -> list[GroupView]:
+            views = await self._listed(GateKind.GROUP)
+            return list(await asyncio.gather(*(self._group_view(view) for view in views)))
+
+        return await self._cache.get("groups", compute)
 
     async def patch_group(self, name: str, patch: GroupPatch) -> GroupView:
         fields = patch.model_fields_set & {"max_parallel", "weight"}
@@ -163,8 +171,13 @@ class GateService:
         return await self._pool_view(view or self._gates.default_view(GateKind.POOL, name))
 
     async def pools(self) -> list[PoolView]:
-        views = await self._listed(GateKind.POOL)
-        return list(await asyncio.gather(*(self._pool_view(view) for view in views)))
+        """Every pool, cached as the groups are."""
+
+        async def compute() -> list[PoolView]:
+            views = await self._listed(GateKind.POOL)
+            return list(await asyncio.gather(*(self._pool_view(view) for view in views)))
+
+        return await self._cache.get("pools", compute)
 
     async def set_pool(self, name: str, capacity: PoolCapacity) -> PoolView:
         patch = GatePatch(capacity=capacity.capacity)

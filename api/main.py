@@ -87,7 +87,9 @@ def create_app(
             bridge=Bridge(client, temporal, job_service),
             workers=WorkerDirectory(client, temporal, settings.heartbeat_timeout_s),
             feed=feed,
-            gates=GateService(client, temporal, gates, job_service.cancel),
+            gates=GateService(
+                client, temporal, gates, job_service.cancel, settings.metrics_cache_ms
+            ),
         )
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
         yield

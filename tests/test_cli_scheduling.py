@@ -249,7 +249,10 @@ def test_resume_of_a_target_whose_halting_job_has_closed_says_to_skip_it(
             ["submit", REGISTERED_TYPE, "--pool", "p", "--cost", "0"],
             "cost_units: .* \\(set by --cost\\)$",
         ),
-        (["submit", REGISTERED_TYPE, "--cost", "2"], "cost_units needs a pool"),
+        (
+            ["submit", REGISTERED_TYPE, "--cost", "2"],
+            "cost_units: .*needs a pool.* \\(set by --cost\\)$",
+        ),
         (
             ["submit", REGISTERED_TYPE, "--start-at", "2030-01-01T00:00:00"],
             "earliest_start_at: .*no zone.* \\(set by --start-at\\)$",

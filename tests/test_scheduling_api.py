@@ -103,7 +103,11 @@ def test_a_paused_group_holds_its_jobs_until_resumed(api: Api, name: str) -> Non
     held = api.submit(type=REGISTERED_TYPE, group=name)
     job = waiting_for(api, held, "group_paused")
     assert job["status"] == "pending"
-    assert name in [g["group"] for g in ok(api.http.get("/api/groups"))]
+    wait_until(  # the list is cached METRICS_CACHE_MS, and visibility indexes the gate
+        lambda: name in [g["group"] for g in ok(api.http.get("/api/groups"))],
+        timeout=30,
+        what="the group listed",
+    )
 
     assert ok(api.http.post(f"/api/groups/{name}/resume"))["paused"] is False
     api.wait_status(held, "completed")
@@ -163,7 +167,11 @@ def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
         return pool if (pool["in_use"], pool["pending"]) == (0, 0) else None
 
     wait_until(given_back, timeout=30, what="the units back and none pending")
-    assert name in [p["pool"] for p in ok(api.http.get("/api/pools"))]
+    wait_until(
+        lambda: name in [p["pool"] for p in ok(api.http.get("/api/pools"))],
+        timeout=30,
+        what="the pool listed",
+    )
     answer = api.http.put(f"/api/pools/{name}", json={"capacity": -1})
     assert answer.status_code == 422 and "capacity" in answer.text
 
