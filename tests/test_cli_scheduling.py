@@ -109,8 +109,14 @@ def test_group_pause_holds_a_submitted_job_show_says_paused_and_resume_runs_it(
     assert field_line(out, "Group") == name
     assert field_line(out, "Paused") == "yes"
     assert field_line(out, "Max parallel") == "none"
-    listed = ok(jobforge(api.url, "group", "list")).splitlines()
-    assert [line.split()[:2] for line in listed if line.split()[0] == name] == [[name, "paused"]]
+
+    def listed_paused() -> bool:  # the list is cached METRICS_CACHE_MS
+        listed = ok(jobforge(api.url, "group", "list")).splitlines()
+        return [line.split()[:2] for line in listed if line.split()[0] == name] == [
+            [name, "paused"]
+        ]
+
+    wait_until(listed_paused, timeout=30, what="the group listed as paused")
 
     assert ok(jobforge(api.url, "group", "resume", name)) == f"resumed group {name}\n"
     assert field_line(ok(jobforge(api.url, "group", "show", name)), "Paused") == "no"
@@ -178,7 +184,7 @@ def test_pool_set_capacity_then_show_and_list(api: Api, name: str) -> None:
         "pending": 0,
         "running": 0,
     }
-    assert line in ok(jobforge(api.url, "pool", "list"))
+    wait_until(lambda: line in ok(jobforge(api.url, "pool", "list")), timeout=30)
 
 
 def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
