@@ -198,6 +198,15 @@ class GateService:
 
     # -- targets -------------------------------------------------------------------
 
+    async def targets(self) -> list[TargetView]:
+        """Every target that has run, cached as the groups are."""
+
+        async def compute() -> list[TargetView]:
+            views = await self._listed(GateKind.TARGET)
+            return list(await asyncio.gather(*(self._target_view(view) for view in views)))
+
+        return await self._cache.get("targets", compute)
+
     async def target(self, name: str) -> TargetView:
         view = await self._gates.view(GateKind.TARGET, name)
         return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))

@@ -190,6 +190,9 @@ def test_a_failed_job_halts_its_target_until_resumed(api: Api, name: str) -> Non
 
     view = wait_until(halted, timeout=30, what="the target to halt")
     assert view["halted_by"] == failing
+    wait_until(
+        lambda: view in ok(api.http.get("/api/targets")), timeout=30, what="the target listed"
+    )
     later = api.submit(type=REGISTERED_TYPE, target=target)
     waiting_for(api, later, "target_halted")
 

@@ -100,6 +100,12 @@ async def set_pool(pool: PoolName, capacity: PoolCapacity, gates: GatesDep) -> P
 # -- targets -----------------------------------------------------------------------------
 
 
+@router.get("/targets", response_model=list[TargetView])
+async def list_targets(gates: GatesDep) -> list[TargetView]:
+    """Every target that has run: halted (and by which job), running and pending."""
+    return await gates.targets()
+
+
 @router.get("/targets/{target:path}", response_model=TargetView)
 async def get_target(target: TargetName, gates: GatesDep) -> TargetView:
     """A serial target: halted (and by which job), running and pending counts."""
