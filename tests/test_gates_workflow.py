@@ -229,6 +229,51 @@ async def test_a_pool_never_leases_more_than_its_capacity_and_its_head_reserves(
     assert view.waiting == 0
 
 
+async def test_a_pool_admits_by_priority_then_deadline_urgency_first(harness: Harness) -> None:
+    gates = gates_for(harness, capacity=1, aging_step_s=3600, deadline_urgency_s=3600)
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    first = await submit(harness, gates, pool="p")
+    await harness.wait_status(first, JobStatus.RUNNING)
+    low = await submit(harness, gates, pool="p", priority=0)
+    high = await submit(harness, gates, pool="p", priority=5)
+    urgent = await submit(harness, gates, pool="p", priority=-5, deadline_at=now_ms() + 600_000)
+    await gate_until(gates, GateKind.POOL, "p", lambda v: v.waiting == 3, "three queued")
+    for handle in (low, high, urgent):
+        await harness.wait_for(handle, lambda j: j.waiting_for is not None, "asked")
+    release.set()
+    for handle in (first, low, high, urgent):
+        await harness.wait_status(handle, JobStatus.COMPLETED)
+    # Capacity 1: one at a time, the near deadline first, then by priority.
+    assert harness.stand_in.jobs == [first.id, urgent.id, high.id, low.id]
+
+
+async def test_a_waiting_pool_job_gains_a_point_per_aging_step(harness: Harness) -> None:
+    gates = gates_for(harness, capacity=1, aging_step_s=1)
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    first = await submit(harness, gates, pool="p")
+    await harness.wait_status(first, JobStatus.RUNNING)
+    queued_at = now_ms()
+    old = await submit(harness, gates, pool="p", priority=0)
+    await harness.wait_for(old, lambda j: j.waiting_for is not None, "asked")
+    view = await gate_until(gates, GateKind.POOL, "p", lambda v: v.waiting == 1, "queued")
+    assert view.head == old.id
+    # Aged past three steps, the old job outranks a fresh one of priority 2.
+    async def aged() -> bool:
+        return now_ms() - queued_at >= 3_500
+
+    await wait_until_async(aged, timeout=10, what="three aging steps")
+    fresh = await submit(harness, gates, pool="p", priority=2)
+    await harness.wait_for(fresh, lambda j: j.waiting_for is not None, "asked")
+    view = await gate_until(gates, GateKind.POOL, "p", lambda v: v.waiting == 2, "both queued")
+    assert view.head == old.id
+    release.set()
+    for handle in (first, old, fresh):
+        await harness.wait_status(handle, JobStatus.COMPLETED)
+    assert harness.stand_in.jobs == [first.id, old.id, fresh.id]
+
+
 async def test_raising_a_pools_capacity_admits_at_once(harness: Harness) -> None:
     gates = gates_for(harness, capacity=0)
     handle = await submit(harness, gates, pool="p")
