@@ -259,6 +259,7 @@ async def test_a_waiting_pool_job_gains_a_point_per_aging_step(harness: Harness)
     await harness.wait_for(old, lambda j: j.waiting_for is not None, "asked")
     view = await gate_until(gates, GateKind.POOL, "p", lambda v: v.waiting == 1, "queued")
     assert view.head == old.id
+
     # Aged past three steps, the old job outranks a fresh one of priority 2.
     async def aged() -> bool:
         return now_ms() - queued_at >= 3_500
@@ -356,6 +357,23 @@ async def test_a_job_waits_for_its_earliest_start(harness: Harness) -> None:
     assert job.status == JobStatus.PENDING
     job = await harness.wait_status(handle, JobStatus.COMPLETED)
     assert job.claimed_at is not None and job.claimed_at >= start
+
+
+async def test_a_job_cancelled_before_its_start_leaves_no_trace_at_its_gates(
+    harness: Harness,
+) -> None:
+    gates = gates_for(harness)
+    handle = await harness.submit(
+        spec=JobSpec(type="in-process", group="later", earliest_start_at=now_ms() + 600_000),
+        gates=gates,
+        enqueue=False,  # as the API: a job with a start time to come is not queued yet
+    )
+    await harness.wait_for(handle, lambda j: j.waiting_for == WaitingFor.START_TIME, "waits")
+    job = await handle.execute_update(JobWorkflow.cancel)
+    assert job.cancelled
+    await handle.cancel()
+    assert await harness.closed(handle) == WorkflowExecutionStatus.CANCELED
+    assert await gates.view(GateKind.GROUP, "later") is None
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["task-queue", "pool"])

@@ -173,6 +173,7 @@ class Harness:
         spec: JobSpec | None = None,
         requeue_hold_ms: int = 0,
         gates: Gates | None = None,
+        enqueue: bool = True,
     ) -> JobHandle:
         """Start a job as the API does: its input and initial search attributes, then
         its place at its gates."""
@@ -198,7 +199,7 @@ class Harness:
             task_queue=self.task_queue,
             search_attributes=search_attributes.at_submit(spec.type, spec.priority, created),
         )
-        if gates is not None:
+        if gates is not None and enqueue:
             await gates.enqueue(inp.id, spec, created)
         self.handles.append(handle)
         return handle

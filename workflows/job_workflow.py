@@ -263,21 +263,37 @@ class JobWorkflow:
         return None if deadline is None else timedelta(milliseconds=deadline - _now_ms())
 
     async def _release(self, gates: list[GateRef], outcome: ReleaseOutcome) -> None:
-        """Give back every lease and withdraw every request (the API queued one at each
-        gate before the job started)."""
-        self._asked.clear()
+        """Give back every lease and withdraw every request: at each gate the job asked,
+        and at each gate the API queued it at (all of them, unless it had a start time
+        still to come at submit)."""
+        job = self._job
+        start = job.earliest_start_at
+        queued_by_api = start is None or start <= job.created_at
+        asked = self._asked
+        self._asked = set()
         self._leases.clear()
-        release = GateRelease(job_id=self._job.id, outcome=outcome)
-        await asyncio.gather(*(self._signal_gate(g, RELEASE_SIGNAL, release) for g in gates))
+        release = GateRelease(job_id=job.id, outcome=outcome)
+        await asyncio.gather(
+            *(
+                self._signal_gate(gate, RELEASE_SIGNAL, release, start=False)
+                for gate in gates
+                if queued_by_api or gate.workflow_id in asked
+            )
+        )
 
-    async def _signal_gate(self, gate: GateRef, signal: str, arg: object) -> None:
+    async def _signal_gate(
+        self, gate: GateRef, signal: str, arg: object, *, start: bool = True
+    ) -> None:
         """Signal a gate; one that does not run (never started, or terminated by hand)
-        is started first, with default settings."""
+        is started first, with default settings (`start`; a release to a gate that does
+        not run has nothing to give back)."""
         handle = workflow.get_external_workflow_handle(gate.workflow_id)
         try:
             await handle.signal(signal, arg)
             return
         except FailureError:
+            if not start:
+                return
             workflow.logger.warning("gate %s does not run: starting it", gate.workflow_id)
         with contextlib.suppress(FailureError):  # started meanwhile by someone else
             await workflow.start_child_workflow(
