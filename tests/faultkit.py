@@ -37,16 +37,41 @@ Invariants (each ``check_*`` returns a list of problems, ``[]`` when it holds;
        solver script, no ``.part-*`` file in the caches, each ``cache/<sha256>`` file
        hashes to its name (waits up to ``timeout`` for solvers to exit).
 
+Scheduling invariants (tests/test_faults_scheduling.py), from each job's ``transitions``
+(``ts`` is workflow time, one server clock for every job). An attempt's span runs from
+its ``assigned`` to the next transition that is neither ``assigned`` nor ``running``
+(``attempt_spans``); a lease's span runs on across retries (a ``failed`` followed by
+``pending``) to ``completed``, ``quarantined`` or a final ``failed`` (``lease_spans``).
+Spans are half-open, so a job assigned in the millisecond another ends is not counted
+with it.
+    C  ``check_capacity(jobs, {pool: capacity})``: at no instant do the attempt spans of
+       a pool's jobs add up to more ``cost_units`` than its capacity;
+       ``by="group"`` with ``{group: max_parallel}`` counts jobs against a group's limit;
+       ``peak_in_use(jobs, key)`` is the most they held at once (the check had teeth).
+    S  ``check_serial(jobs, order)``: the lease spans of one target's jobs never overlap,
+       and its jobs are first ``assigned`` in ``order`` (submission order; by
+       ``created_at`` when not given).
+    P  ``check_paused(jobs, {group: [(paused_at, resumed_at)]})``: no job of a group has
+       an ``assigned`` transition strictly inside one of its pause windows (epoch ms:
+       from the pause's answer to the resume's request).
+    L  ``check_settled(jobs, targets)``: each job is terminal, or ``pending`` behind a
+       halted target whose ``halted_by`` is a quarantined job of that target (what
+       ``wait_settled`` waits for); ``check_pools_idle(pools)``: every pool's ``in_use``
+       is 0 (``wait_pools_idle`` waits for it).
+
 Helpers
     ``submit_retrying(http, spec, key, timeout)``: POST /api/jobs with
     ``Idempotency-Key: key`` until it answers 201/200; any status other than 2xx/503
     (or a connection error) fails the test, and every status seen is returned.
+    ``call_retrying(http, method, path, json, timeout)``: any other request, retried
+    through 503s and connection errors (an API restarting); fails on any other non-2xx.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
 import time
 import uuid
@@ -147,6 +172,8 @@ EDGES: set[tuple[str, str]] = {
     ("failed", "quarantined"),
 }
 CANCEL_EDGES: set[tuple[str, str]] = {("pending", "failed"), ("assigned", "failed")}
+# A quarantined job of a group or a target re-queued (retry-failed, target resume).
+REQUEUE_EDGES: set[tuple[str, str]] = {("quarantined", "pending")}
 EVENT_STATUS = {
     "job:created": "pending",
     "job:assigned": "assigned",
@@ -181,6 +208,8 @@ def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> lis
         if (a, b) in EDGES:
             continue
         if (a, b) in CANCEL_EDGES and reason == "cancelled":
+            continue
+        if (a, b) in REQUEUE_EDGES and reason == "requeued":
             continue
         problems.append(f"{job_id}: edge {a}->{b} ({reason}) in {[s for _, s, _ in steps]}")
     return problems
@@ -255,7 +284,7 @@ def check_stable(
 ) -> list[str]:
     """R: a terminal state never changes (read again after `pause_s`)."""
     time.sleep(pause_s)
-    problems = []
+    problems: list[str] = []
     for job_id, before in jobs.items():
         after = get_job(http, job_id)
         problems.extend(
@@ -351,6 +380,223 @@ def check_events(
     return problems
 
 
+# -- scheduling: C S P L ------------------------------------------------------------------
+
+ACTIVE = ("assigned", "running")
+Span = tuple[int, float]
+
+
+def _steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted(job["transitions"], key=lambda t: t["seq"])
+
+
+def attempt_spans(job: dict[str, Any]) -> list[Span]:
+    """(assigned ts, ts of the next transition neither assigned nor running) per attempt;
+    the end is infinite while the attempt is still on."""
+    spans: list[Span] = []
+    start: int | None = None
+    for step in _steps(job):
+        if start is None:
+            if step["status"] == "assigned":
+                start = step["ts"]
+        elif step["status"] not in ACTIVE:
+            spans.append((start, step["ts"]))
+            start = None
+    if start is not None:
+        spans.append((start, math.inf))
+    return spans
+
+
+def lease_spans(job: dict[str, Any]) -> list[Span]:
+    """(assigned ts, ts the job gives its gates back): a failed attempt followed by
+    `pending` is a retry under the same leases, so the span runs on to `completed`,
+    `quarantined` or a final `failed`; infinite while the job still holds them."""
+    steps = _steps(job)
+    spans: list[Span] = []
+    start: int | None = None
+    for i, step in enumerate(steps):
+        status = step["status"]
+        if start is None:
+            if status == "assigned":
+                start = step["ts"]
+            continue
+        retried = i + 1 < len(steps) and steps[i + 1]["status"] == "pending"
+        if status in ("completed", "quarantined") or (status == "failed" and not retried):
+            spans.append((start, step["ts"]))
+            start = None
+    if start is not None:
+        spans.append((start, math.inf))
+    return spans
+
+
+def _in_use(
+    jobs: dict[str, dict[str, Any]], key: str, by: str
+) -> list[tuple[float, dict[str, int]]]:
+    """Each instant an attempt of `key` starts or ends, and the attempts held then."""
+    # (ts, 0 = an end, 1 = a start, job id, cost): at one instant ends come first.
+    edges: list[tuple[float, int, str, int]] = []
+    for job_id, job in jobs.items():
+        if job.get(by) != key:
+            continue
+        cost = int(job.get("cost_units") or 1) if by == "pool" else 1
+        for start, end in attempt_spans(job):
+            if end > start:
+                edges += [(start, 1, job_id, cost), (end, 0, job_id, cost)]
+    holding: dict[str, int] = {}
+    series = []
+    for ts, kind, job_id, cost in sorted(edges):
+        if kind == 0:
+            holding.pop(job_id, None)
+        else:
+            holding[job_id] = cost
+        series.append((ts, dict(holding)))
+    return series
+
+
+def peak_in_use(jobs: dict[str, dict[str, Any]], key: str, *, by: str = "pool") -> int:
+    """The most cost units (jobs, `by="group"`) the attempts of `key` held at once."""
+    return max((sum(held.values()) for _, held in _in_use(jobs, key, by)), default=0)
+
+
+def check_capacity(
+    jobs: dict[str, dict[str, Any]], limits: dict[str, int], *, by: str = "pool"
+) -> list[str]:
+    """C: at every instant, the cost units of a pool's attempts (assigned or running) are
+    within its capacity; `by="group"` counts a group's attempts against max_parallel."""
+    problems = []
+    for key, limit in limits.items():
+        over = False
+        for ts, held in _in_use(jobs, key, by):
+            in_use = sum(held.values())
+            if in_use > limit and not over:
+                problems.append(
+                    f"{by} {key}: {in_use} > {limit} at ts {ts:.0f}, held by {sorted(held.items())}"
+                )
+            over = in_use > limit
+    return problems
+
+
+def check_serial(jobs: dict[str, dict[str, Any]], order: Iterable[str] | None = None) -> list[str]:
+    """S: a target's jobs never hold it at once (lease spans), and they are first assigned
+    in submission order (`order`; by created_at when not given)."""
+    if order is None:
+        order = sorted(jobs, key=lambda j: (jobs[j].get("created_at") or 0, j))
+    by_target: dict[str, list[str]] = defaultdict(list)
+    for job_id in order:
+        target = jobs[job_id].get("target")
+        if target is not None:
+            by_target[target].append(job_id)
+    problems = []
+    for target, members in by_target.items():
+        spans = sorted((s, e, job_id) for job_id in members for s, e in lease_spans(jobs[job_id]))
+        until: float = -math.inf
+        holder = ""
+        for start, end, job_id in spans:
+            if start < until and job_id != holder:
+                problems.append(
+                    f"target {target}: {job_id} assigned at {start} while {holder} held it"
+                    f" until {until:.0f}"
+                )
+            if end > until:
+                until, holder = end, job_id
+        firsts = [
+            (job_id, next(t["ts"] for t in _steps(jobs[job_id]) if t["status"] == "assigned"))
+            for job_id in members
+            if any(t["status"] == "assigned" for t in jobs[job_id]["transitions"])
+        ]
+        for (earlier, a), (later, b) in itertools.pairwise(firsts):
+            if b < a:
+                problems.append(
+                    f"target {target}: {later} first assigned at {b}, before {earlier}"
+                    f" (submitted earlier) at {a}"
+                )
+    return problems
+
+
+def check_paused(
+    jobs: dict[str, dict[str, Any]], pauses: dict[str, list[tuple[int, int]]]
+) -> list[str]:
+    """P: no job of a group is assigned inside one of the group's pause windows
+    (paused_at: the pause answered; resumed_at: the resume was asked; epoch ms)."""
+    problems: list[str] = []
+    for job_id, job in jobs.items():
+        windows = pauses.get(job.get("group") or "", [])
+        for step in _steps(job):
+            if step["status"] != "assigned":
+                continue
+            problems.extend(
+                f"{job_id} of paused group {job['group']}: assigned at {step['ts']}"
+                f" (attempt {step.get('attempt')}, worker {step.get('worker_id')}),"
+                f" paused {paused_at}..{resumed_at}"
+                for paused_at, resumed_at in windows
+                if paused_at < step["ts"] < resumed_at
+            )
+    return problems
+
+
+def check_settled(jobs: dict[str, dict[str, Any]], targets: dict[str, dict[str, Any]]) -> list[str]:
+    """L: each job is terminal, or pending behind a halted target (`targets`: GET
+    /api/targets/{t} views) that a quarantined job of its own halted, so a resume moves it."""
+    problems = []
+    for job_id, job in jobs.items():
+        if is_terminal(job):
+            continue
+        view = targets.get(job.get("target") or "")
+        if job["status"] == "pending" and view is not None and view["halted"]:
+            continue
+        problems.append(
+            f"{job_id}: {job['status']} (waiting_for {job.get('waiting_for')}), neither"
+            " terminal nor behind a halted target"
+        )
+    for name, view in targets.items():
+        if not view["halted"]:
+            continue
+        by = jobs.get(view.get("halted_by") or "")
+        if by is None or by["status"] != "quarantined" or by.get("target") != name:
+            state = None if by is None else (by["status"], by.get("target"))
+            problems.append(f"target {name}: halted by {view.get('halted_by')} {state}")
+    return problems
+
+
+def check_pools_idle(pools: dict[str, dict[str, Any]]) -> list[str]:
+    """L: every pool (GET /api/pools/{p} views) has given back all its units."""
+    return [
+        f"pool {name}: in_use {view['in_use']}" for name, view in pools.items() if view["in_use"]
+    ]
+
+
+def wait_settled(
+    http: httpx.Client, ids: Iterable[str], timeout: float, interval: float = 1.0
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """L: wait until `check_settled` holds; return the jobs and their targets' views."""
+    ids = list(dict.fromkeys(ids))
+    jobs: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        for job_id in ids:
+            if job_id not in jobs or not is_terminal(jobs[job_id]):
+                jobs[job_id] = get_job(http, job_id)
+        names = {job["target"] for job in jobs.values() if job.get("target")}
+        targets = {name: call_retrying(http, "GET", f"/api/targets/{name}") for name in names}
+        problems = check_settled(jobs, targets)
+        if not problems:
+            return jobs, targets
+        if time.monotonic() > deadline:
+            raise AssertionError(f"L: not settled after {timeout}s: {problems[:10]}")
+        time.sleep(interval)
+
+
+def wait_pools_idle(http: httpx.Client, names: Iterable[str], timeout: float) -> list[str]:
+    """L: wait until every named pool's in_use is 0; the problems left at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pools = {name: call_retrying(http, "GET", f"/api/pools/{name}") for name in names}
+        problems = check_pools_idle(pools)
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(0.5)
+
+
 # -- O ---------------------------------------------------------------------------------
 
 
@@ -373,7 +619,7 @@ def solver_processes(solver_path: Path) -> list[int]:
 
 def check_cache(cache_dir: Path) -> list[str]:
     """O: no temp files, and every entry hashes to its name."""
-    problems = []
+    problems: list[str] = []
     if not cache_dir.exists():
         return problems
     for path in cache_dir.iterdir():
@@ -440,4 +686,29 @@ def submit_retrying(
                 return str(response.json()["id"]), seen
             assert response.status_code == 503, (response.status_code, response.text)
         assert time.monotonic() < deadline, f"submission not accepted in {timeout}s: {seen}"
+        time.sleep(0.3)
+
+
+def call_retrying(
+    http: httpx.Client,
+    method: str,
+    path: str,
+    json: dict[str, Any] | None = None,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """A request retried through 503s and connection errors; its 2xx body."""
+    seen: list[int | str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            response = http.request(method, path, json=json)
+        except httpx.TransportError as err:
+            seen.append(type(err).__name__)
+        else:
+            seen.append(response.status_code)
+            if response.is_success:
+                body: dict[str, Any] = response.json()
+                return body
+            assert response.status_code == 503, (method, path, response.status_code, response.text)
+        assert time.monotonic() < deadline, f"{method} {path} not answered in {timeout}s: {seen}"
         time.sleep(0.3)
