@@ -1,30 +1,37 @@
 """`jobforge`: the one console script. Thin Typer commands over the processes (dev stack,
-worker, agent, API, cluster setup) and over the REST client (`hub_client`) for jobs and
-their scheduling: groups, pools and serial targets (docs/cli.md)."""
+worker, agent, API, cluster setup) and over the REST client (`hub_client`) for jobs; the
+scheduling sub-commands (groups, pools, serial targets) live in worker/cli_scheduling.py,
+what both share in worker/cli_common.py (docs/cli.md)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
 import re
-import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from pydantic import Field, ValidationError
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from worker.cli_common import (
+    EXIT_CODES,
+    _Command,
+    _exit,
+    _fail,
+    _Group,
+    _hub,
+    _print_fields,
+    _settings,
+)
+from worker.cli_scheduling import group_app, pool_app, target_app
 from worker.hub_client import (
     CANCELLED,
     HubClient,
@@ -34,54 +41,6 @@ from worker.hub_client import (
     status_label,
 )
 from workflows.models import ListOrder
-
-
-class _Argument(TyperArgument):
-    def display_type_rich(self, ctx: Any) -> str | None:  # noqa: ARG002 - Typer's signature
-        return None
-
-    def _usage_display_name(self) -> str:
-        return self.display_name_raw if self.required else f"[{self.display_name_raw}]"
-
-
-class _Option(TyperOption):
-    def display_type_rich(self, ctx: Any) -> str | None:  # noqa: ARG002 - Typer's signature
-        if self.is_flag or self.count:
-            return None
-        return self.metavar or (self.name or "value").upper()
-
-
-def _plain(params: list[Any]) -> list[Any]:
-    # Typer labels every value with its Python type (`<str>`, `<bool>` even for --help)
-    # and wraps required arguments in braces; show metavars instead.
-    for param in params:
-        if isinstance(param, TyperArgument) and not isinstance(param, _Argument):
-            param.__class__ = _Argument
-        elif isinstance(param, TyperOption) and not isinstance(param, _Option):
-            param.__class__ = _Option
-    return params
-
-
-class _Command(TyperCommand):
-    """A command whose help names values by metavar (`--params JSON`)."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _plain(super().get_params(ctx))
-
-
-class _Group(TyperGroup):
-    """The command group, with the same help style."""
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _plain(super().get_params(ctx))
-
-
-# One scheme for every command (docs/cli.md); an error is one line on stderr.
-EXIT_CODES = (
-    "Exit codes: 0 done; 1 the API refused the request (HTTP 4xx or 5xx: 404 unknown, "
-    "409 conflict, 422 a bad value, named) or could not be reached; 2 a bad option, "
-    "argument or setting, refused before any call."
-)
 
 app = typer.Typer(
     cls=_Group,
@@ -99,29 +58,6 @@ class LogSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     level: str = Field(default="INFO", validation_alias="LOG_LEVEL")
-
-
-def _exit(code: int) -> NoReturn:
-    # Short-lived Temporal clients can crash at interpreter exit (sdk-python#300).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    _exit(code)
-
-
-@contextlib.contextmanager
-def _settings(what: str) -> Iterator[None]:
-    """Settings read inside the block; a bad one is one line naming it, exit 2."""
-    try:
-        yield
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        _fail(f"bad {what} setting: {where}: {first['msg']}", 2)
 
 
 def _logging() -> None:
@@ -233,20 +169,6 @@ def dev(
 
 
 # -- jobs, over the REST API -------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _hub(options: Mapping[str, str] | None = None) -> Iterator[HubClient]:
-    """A client from HUB_URL and FORGE_INGEST_SECRET; a failed call is one line, exit 1.
-    `options` maps the API's field names to the options that set them, for the line."""
-    try:
-        with _settings("hub"):
-            settings = HubSettings()
-        with HubClient(settings) as hub:
-            yield hub
-    except HubError as err:
-        option = (options or {}).get(err.field or "")
-        _fail(f"{err} (set by {option})" if option else str(err))
 
 
 JobIdArg = Annotated[str, typer.Argument(metavar="ID", help="The job's id.")]
@@ -406,12 +328,6 @@ STATUS_STYLES = {
 }
 
 
-def _print_fields(console: Console, rows: Iterable[tuple[str, str | Text]]) -> None:
-    """`Name         value` lines, the name in bold."""
-    for name, value in rows:
-        console.print(Text.assemble((f"{name:<13}", "bold"), value), soft_wrap=True)
-
-
 @command(cls=_Command)
 def show(job_id: JobIdArg) -> None:
     """Print a job's detail, its transitions and its fail history."""
@@ -541,245 +457,9 @@ def watch(
         _exit(0)
 
 
-# -- scheduling: groups, pools, serial targets (docs/cli.md) ----------------------
-
-
-def _sub_app(name: str, help_text: str) -> typer.Typer:
-    sub = typer.Typer(cls=_Group, no_args_is_help=True, help=help_text, epilog=EXIT_CODES)
-    app.add_typer(sub, name=name)
-    return sub
-
-
-group_app = _sub_app("group", "Groups: pause, resume, limit and weigh jobs together.")
-pool_app = _sub_app("pool", "Pools: the capacity their jobs' cost units share.")
-target_app = _sub_app("target", "Serial targets: one job at a time; a failure halts them.")
-
-GroupArg = Annotated[str, typer.Argument(metavar="NAME", help="The group.")]
-PoolArg = Annotated[str, typer.Argument(metavar="NAME", help="The pool.")]
-TargetArg = Annotated[str, typer.Argument(metavar="NAME", help="The target (tenant/name too).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's object as JSON.")]
-# Counts in the order a job passes through the statuses.
-STATUS_ORDER = ("pending", "assigned", "running", "completed", "failed", "quarantined")
-
-
-def _counts(counts: Mapping[str, int]) -> str:
-    known = [s for s in STATUS_ORDER if counts.get(s)]
-    rest = sorted(s for s in counts if s not in STATUS_ORDER and counts[s])
-    return ", ".join(f"{s} {counts[s]}" for s in (*known, *rest)) or "no jobs"
-
-
-def _limit(group: Mapping[str, Any]) -> str:
-    limit = group.get("max_parallel")
-    return "none" if limit is None else str(limit)
-
-
-def _show(obj: Mapping[str, Any], as_json: bool, rows: Iterable[tuple[str, str | Text]]) -> None:
-    if as_json:
-        typer.echo(json.dumps(obj, indent=2))
-    else:
-        _print_fields(Console(highlight=False), rows)
-    _exit(0)
-
-
-def _group_line(group: Mapping[str, Any]) -> str:
-    state = "paused" if group.get("paused") else "active"
-    return (
-        f"{group['group']}  {state:<6} max_parallel={_limit(group)} "
-        f"weight={group.get('weight', 1):g}  {_counts(group.get('counts') or {})}"
-    )
-
-
-@group_app.command("list", cls=_Command)
-def group_list() -> None:
-    """List groups: name, paused or active, limit, weight, job counts."""
-    with _hub() as hub:
-        for group in hub.groups():
-            typer.echo(_group_line(group))
-    _exit(0)
-
-
-@group_app.command("show", cls=_Command)
-def group_show(name: GroupArg, as_json: JsonOpt = False) -> None:
-    """Print a group: paused, its limit of running jobs, its weight, its job counts."""
-    with _hub() as hub:
-        group = hub.group(name)
-    paused = bool(group.get("paused"))
-    _show(
-        group,
-        as_json,
-        [
-            ("Group", str(group["group"])),
-            ("Paused", Text("yes", style="yellow") if paused else "no"),
-            ("Max parallel", _limit(group)),
-            ("Weight", f"{group.get('weight', 1):g}"),
-            ("Jobs", _counts(group.get("counts") or {})),
-        ],
-    )
-
-
-@group_app.command("pause", cls=_Command)
-def group_pause(name: GroupArg) -> None:
-    """Pause a group: none of its jobs is assigned until it resumes.
-
-    Running jobs finish; assigned ones not yet claimed go back to waiting.
-    """
-    with _hub() as hub:
-        hub.pause_group(name)
-    typer.echo(f"paused group {name}")
-    _exit(0)
-
-
-@group_app.command("resume", cls=_Command)
-def group_resume(name: GroupArg) -> None:
-    """Resume a paused group."""
-    with _hub() as hub:
-        hub.pause_group(name, paused=False)
-    typer.echo(f"resumed group {name}")
-    _exit(0)
-
-
-@group_app.command("set", cls=_Command)
-def group_set(
-    name: GroupArg,
-    max_parallel: Annotated[
-        int | None, typer.Option(metavar="N", help="At most N of its jobs run at once.")
-    ] = None,
-    no_max_parallel: Annotated[
-        bool, typer.Option("--no-max-parallel", help="Lift the limit of running jobs.")
-    ] = False,
-    weight: Annotated[
-        float | None, typer.Option(metavar="W", help="Share of the workers against other groups.")
-    ] = None,
-) -> None:
-    """Change a group's limit of running jobs and/or its weight; prints the group."""
-    if max_parallel is not None and no_max_parallel:
-        _fail("give --max-parallel N or --no-max-parallel, not both", 2)
-    patch: dict[str, Any] = {} if max_parallel is None else {"max_parallel": max_parallel}
-    if no_max_parallel:
-        patch["max_parallel"] = None
-    if weight is not None:
-        patch["weight"] = weight
-    if not patch:
-        _fail("nothing to set: give --max-parallel N, --no-max-parallel or --weight W", 2)
-    with _hub() as hub:
-        typer.echo(_group_line(hub.configure_group(name, patch)))
-    _exit(0)
-
-
-@group_app.command("retry-failed", cls=_Command)
-def group_retry_failed(name: GroupArg) -> None:
-    """Queue a group's quarantined jobs again; prints `requeued ID` for each."""
-    with _hub() as hub:
-        requeued = hub.retry_failed(name)
-    for job_id in requeued:
-        typer.echo(f"requeued {job_id}")
-    if not requeued:
-        typer.echo(f"group {name}: no failed jobs to requeue")
-    _exit(0)
-
-
-@group_app.command("cancel", cls=_Command)
-def group_cancel(name: GroupArg) -> None:
-    """Cancel a group's pending and assigned jobs; prints `cancelled ID` for each."""
-    with _hub() as hub:
-        cancelled = hub.cancel_group(name)
-    for job_id in cancelled:
-        typer.echo(f"cancelled {job_id}")
-    if not cancelled:
-        typer.echo(f"group {name}: no jobs to cancel")
-    _exit(0)
-
-
-def _pool_line(pool: Mapping[str, Any]) -> str:
-    return (
-        f"{pool['pool']}  capacity={pool['capacity']} in_use={pool['in_use']} "
-        f"pending={pool['pending']} running={pool['running']}"
-    )
-
-
-@pool_app.command("list", cls=_Command)
-def pool_list() -> None:
-    """List pools: name, capacity, cost units in use, pending and running jobs."""
-    with _hub() as hub:
-        for pool in hub.pools():
-            typer.echo(_pool_line(pool))
-    _exit(0)
-
-
-@pool_app.command("show", cls=_Command)
-def pool_show(name: PoolArg, as_json: JsonOpt = False) -> None:
-    """Print a pool: its capacity, the cost units in use, its pending and running jobs."""
-    with _hub() as hub:
-        pool = hub.pool(name)
-    _show(
-        pool,
-        as_json,
-        [
-            ("Pool", str(pool["pool"])),
-            ("Capacity", str(pool["capacity"])),
-            ("In use", str(pool["in_use"])),
-            ("Pending", str(pool["pending"])),
-            ("Running", str(pool["running"])),
-        ],
-    )
-
-
-@pool_app.command("set", cls=_Command)
-def pool_set(
-    name: PoolArg,
-    capacity: Annotated[
-        int, typer.Option(metavar="N", help="Cost units its running jobs may use at once.")
-    ],
-) -> None:
-    """Set a pool's capacity; prints the pool."""
-    with _hub() as hub:
-        typer.echo(_pool_line(hub.set_pool_capacity(name, capacity)))
-    _exit(0)
-
-
-@target_app.command("show", cls=_Command)
-def target_show(name: TargetArg, as_json: JsonOpt = False) -> None:
-    """Print a target: halted or not (and by which job), its running and pending jobs."""
-    with _hub() as hub:
-        target = hub.target(name)
-    halted: str | Text = "no"
-    if target.get("halted"):
-        halted = Text(f"yes, by {target.get('halted_by') or '—'}", style="bold red")
-    _show(
-        target,
-        as_json,
-        [
-            ("Target", str(target["target"])),
-            ("Halted", halted),
-            ("Running", str(target["running"])),
-            ("Pending", str(target["pending"])),
-        ],
-    )
-
-
-@target_app.command("resume", cls=_Command)
-def target_resume(
-    name: TargetArg,
-    skip: Annotated[
-        bool, typer.Option("--skip", help="Skip the job that halted it instead of retrying it.")
-    ] = False,
-) -> None:
-    """Resume a halted target: its halting job runs again first (or is skipped)."""
-    with _hub() as hub:
-        # Read first: the answer to a retry still names the halting job (the halt lifts
-        # once that job asks again), so only this says whether there was one.
-        halted_by = hub.target(name).get("halted_by")
-        try:
-            hub.resume_target(name, "skip" if skip else "retry")
-        except HubError as err:
-            if err.status == 409 and not skip:  # the halting job can no longer run again
-                _fail(f"{err} (jobforge target resume {name} --skip)")
-            raise
-    if halted_by is None:
-        typer.echo(f"target {name} was not halted")
-    else:
-        typer.echo(f"resumed target {name}, {'skipping' if skip else 'retrying'} {halted_by}")
-    _exit(0)
+app.add_typer(group_app, name="group")
+app.add_typer(pool_app, name="pool")
+app.add_typer(target_app, name="target")
 
 
 def main() -> None:

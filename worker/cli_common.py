@@ -1,0 +1,109 @@
+"""What the `jobforge` command modules share (worker/cli.py, worker/cli_scheduling.py): the
+help style, the exit-code scheme, the one-line errors and the REST client (docs/cli.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.text import Text
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+from worker.hub_client import HubClient, HubError, HubSettings
+
+
+class _Argument(TyperArgument):
+    def display_type_rich(self, ctx: Any) -> str | None:  # noqa: ARG002 - Typer's signature
+        return None
+
+    def _usage_display_name(self) -> str:
+        return self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+
+
+class _Option(TyperOption):
+    def display_type_rich(self, ctx: Any) -> str | None:  # noqa: ARG002 - Typer's signature
+        if self.is_flag or self.count:
+            return None
+        return self.metavar or (self.name or "value").upper()
+
+
+def _plain(params: list[Any]) -> list[Any]:
+    # Typer labels every value with its Python type (`<str>`, `<bool>` even for --help)
+    # and wraps required arguments in braces; show metavars instead.
+    for param in params:
+        if isinstance(param, TyperArgument) and not isinstance(param, _Argument):
+            param.__class__ = _Argument
+        elif isinstance(param, TyperOption) and not isinstance(param, _Option):
+            param.__class__ = _Option
+    return params
+
+
+class _Command(TyperCommand):
+    """A command whose help names values by metavar (`--params JSON`)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    """The command group, with the same help style."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain(super().get_params(ctx))
+
+
+# One scheme for every command (docs/cli.md); an error is one line on stderr.
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 the API refused the request (HTTP 4xx or 5xx: 404 unknown, "
+    "409 conflict, 422 a bad value, named) or could not be reached; 2 a bad option, "
+    "argument or setting, refused before any call."
+)
+
+
+def _exit(code: int) -> NoReturn:
+    # Short-lived Temporal clients can crash at interpreter exit (sdk-python#300).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    _exit(code)
+
+
+@contextlib.contextmanager
+def _settings(what: str) -> Iterator[None]:
+    """Settings read inside the block; a bad one is one line naming it, exit 2."""
+    try:
+        yield
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        _fail(f"bad {what} setting: {where}: {first['msg']}", 2)
+
+
+@contextlib.contextmanager
+def _hub(options: Mapping[str, str] | None = None) -> Iterator[HubClient]:
+    """A client from HUB_URL and FORGE_INGEST_SECRET; a failed call is one line, exit 1.
+    `options` maps the API's field names to the options that set them, for the line."""
+    try:
+        with _settings("hub"):
+            settings = HubSettings()
+        with HubClient(settings) as hub:
+            yield hub
+    except HubError as err:
+        option = (options or {}).get(err.field or "")
+        _fail(f"{err} (set by {option})" if option else str(err))
+
+
+def _print_fields(console: Console, rows: Iterable[tuple[str, str | Text]]) -> None:
+    """`Name         value` lines, the name in bold."""
+    for name, value in rows:
+        console.print(Text.assemble((f"{name:<13}", "bold"), value), soft_wrap=True)
