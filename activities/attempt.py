@@ -18,7 +18,7 @@ from activities import solver
 from activities.solver import SolverLimits, SolverSource
 from engine.clock import now_ms
 from workflows.errors import AttemptFailureDetails, ErrorType
-from workflows.models import AttemptInput, AttemptReport, AttemptResult
+from workflows.models import AttemptInput, AttemptReport, AttemptResult, Progress
 from workflows.names import REPORT_SIGNAL, RUN_JOB_ACTIVITY
 
 HEARTBEAT_EVERY_S = 10.0
@@ -88,8 +88,9 @@ class JobActivities:
         timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 60.0
         # Heartbeat from the start: an attempt waiting for a slot (a worker serving
         # several types) is alive, and must not be failed by the heartbeat timeout.
-        beat = asyncio.create_task(_heartbeat_loop(min(HEARTBEAT_EVERY_S, timeout / 3)))
         attempt = Attempt(self._client.get_workflow_handle(inp.job_id), inp, self._config)
+        every_s = min(HEARTBEAT_EVERY_S, timeout / 3)
+        beat = asyncio.create_task(_heartbeat_loop(every_s, attempt.heartbeat_details))
         try:
             slots = self._config.slots
             if slots is None:
@@ -124,6 +125,18 @@ class Attempt:
         self._started_at = 0
         self._downloaded = False
         self._running = DelayedReport(lambda: self._report("running"), RUNNING_REPORT_DELAY_S)
+        self._progress: Progress | None = None
+
+    def heartbeat_details(self) -> list[Any]:
+        """What every heartbeat carries: the solver's last progress, if it sent any
+        (Temporal keeps the last heartbeat's details; the API reads them live)."""
+        return [] if self._progress is None else [self._progress.model_dump(mode="json")]
+
+    def _on_progress(self, progress: Progress) -> None:
+        # Heartbeats are throttled by the worker (PROGRESS_PUBLISH_MS): many lines a
+        # second cost at most one heartbeat RPC a second, and no history event.
+        self._progress = progress
+        activity.heartbeat(*self.heartbeat_details())
 
     async def run(self, waited: bool) -> AttemptResult:
         """Fetch the solver, run it, and return its result or raise its failure."""
@@ -140,7 +153,9 @@ class Attempt:
                 non_retryable=True,
             )
         try:
-            run = await solver.run(self._inp, argv, self._config.limits, self._on_start)
+            run = await solver.run(
+                self._inp, argv, self._config.limits, self._on_start, self._on_progress
+            )
         finally:
             # A solver that finished within the delay never sends `running`.
             sent = await self._running.settle()
@@ -201,9 +216,9 @@ async def attempt_still_wanted(handle: WorkflowHandle[Any, Any], activity_id: st
     return False
 
 
-async def _heartbeat_loop(every_s: float) -> None:
+async def _heartbeat_loop(every_s: float, details: Callable[[], list[Any]]) -> None:
     # The attempt's start counts as its first beat: a job shorter than the interval
     # costs no heartbeat RPC at all.
     while True:
         await asyncio.sleep(every_s)
-        activity.heartbeat()
+        activity.heartbeat(*details())

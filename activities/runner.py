@@ -49,12 +49,25 @@ async def _read_bounded(
     return bytes(buffer)
 
 
-async def _read_tail(stream: asyncio.StreamReader, keep: int) -> bytes:
+# Longest stderr line looked at for a progress report.
+LINE_MAX = 1024
+
+
+async def _read_tail(
+    stream: asyncio.StreamReader, keep: int, on_line: Callable[[str], None] | None = None
+) -> bytes:
     tail = bytearray()
+    line = bytearray()
     while chunk := await stream.read(READ_CHUNK):
         tail += chunk
         if len(tail) > keep:
             del tail[: len(tail) - keep]
+        if on_line is None:
+            continue
+        *complete, rest = (bytes(line) + chunk).split(b"\n")
+        for text in complete:
+            on_line(text[:LINE_MAX].decode("utf-8", errors="replace"))
+        line = bytearray(rest[:LINE_MAX])
     return bytes(tail)
 
 
@@ -66,6 +79,7 @@ async def run_solver(
     log_tail_bytes: int,
     on_start: Callable[[], Awaitable[None]] | None = None,
     max_memory_bytes: int | None = None,
+    on_stderr_line: Callable[[str], None] | None = None,
 ) -> SolverRun:
     """Run `argv`; TERM then KILL its whole group at `max_runtime_s` or on cancel.
 
@@ -90,7 +104,7 @@ async def run_solver(
     overflow = asyncio.Event()
     assert process.stdout is not None and process.stderr is not None
     stdout_task = asyncio.create_task(_read_bounded(process.stdout, max_output_bytes, overflow.set))
-    stderr_task = asyncio.create_task(_read_tail(process.stderr, log_tail_bytes))
+    stderr_task = asyncio.create_task(_read_tail(process.stderr, log_tail_bytes, on_stderr_line))
     timed_out = False
     try:
         if on_start is not None:

@@ -16,8 +16,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.runner import SolverRun, run_solver
 from activities.solver_cache import SolverCache
+from engine.clock import now_ms
 from workflows.errors import AttemptFailureDetails, ErrorType
-from workflows.models import AttemptResult, RunSpec
+from workflows.models import AttemptResult, Progress, RunSpec
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,15 @@ async def run(
     argv: list[str],
     limits: SolverLimits,
     on_start: Callable[[], Awaitable[None]] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> SolverRun:
-    """Run `argv --params <json>` within `job.max_runtime_ms` and `limits`."""
+    """Run `argv --params <json>` within `job.max_runtime_ms` and `limits`; each
+    progress line the solver writes to stderr goes to `on_progress`."""
+
+    def on_line(line: str) -> None:
+        if on_progress is not None and (found := Progress.from_line(line, now_ms())):
+            on_progress(found)
+
     try:
         return await run_solver(
             [*argv, "--params", json.dumps(job.params, separators=(",", ":"))],
@@ -75,6 +83,7 @@ async def run(
             log_tail_bytes=limits.log_tail_bytes,
             on_start=on_start,
             max_memory_bytes=limits.max_memory_bytes,
+            on_stderr_line=on_line if on_progress is not None else None,
         )
     except OSError as err:
         raise ApplicationError(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     PollActivityTaskQueueRequest,
@@ -37,7 +37,15 @@ from api.job_service import JobService
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from workflows.errors import ErrorType, Failure, JobConflict
-from workflows.models import AttemptInput, AttemptReport, AttemptResult, ClaimedJob, Job, JobStatus
+from workflows.models import (
+    AttemptInput,
+    AttemptReport,
+    AttemptResult,
+    ClaimedJob,
+    Job,
+    JobStatus,
+    Progress,
+)
 from workflows.names import BRIDGE_IDENTITY_PREFIX, REPORT_SIGNAL, attempt_activity_id
 
 log = logging.getLogger("jobforge.bridge")
@@ -276,7 +284,7 @@ class Bridge:
                     started_at=now_ms(),
                 )
                 await self._client.get_workflow_handle(job.id).signal(REPORT_SIGNAL, report)
-            await handle.heartbeat(*([progress] if progress is not None else []))
+            await handle.heartbeat(*([_stamped(progress)] if progress is not None else []))
         except AsyncActivityCancelledError as err:
             raise _cancelled(job_id) from err
         except RPCError as err:
@@ -337,6 +345,17 @@ class Bridge:
             if final or job.attempts >= job.max_attempts
             else JobStatus.PENDING
         )
+
+
+def _stamped(progress: JsonValue) -> JsonValue:
+    """An agent's progress, with the time it reached the API when it is the jobforge
+    shape (`{fraction, message}`); any other value is kept as sent."""
+    if isinstance(progress, dict) and "fraction" in progress:
+        with contextlib.suppress(ValidationError):
+            found = Progress.model_validate({**progress, "at": now_ms()})
+            dumped: JsonValue = found.model_dump(mode="json")
+            return dumped
+    return progress
 
 
 def _cancelled(job_id: str) -> JobConflict:

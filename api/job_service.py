@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import logging
 import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -48,12 +52,21 @@ from workflows.models import (
     JobSpec,
     JobStatus,
     ListOrder,
+    Progress,
     events_memo,
     pending_job,
     priority_key,
 )
-from workflows.names import CANCEL_UPDATE, EVENTS_MEMO, JOB_QUERY, JOB_WORKFLOW
+from workflows.names import (
+    CANCEL_UPDATE,
+    EVENTS_MEMO,
+    JOB_QUERY,
+    JOB_WORKFLOW,
+    attempt_activity_id,
+)
 from workflows.search_attributes import job_filter
+
+log = logging.getLogger("jobforge.api")
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 # The largest page of full jobs (each is one read); a larger `limit` is cut to this.
@@ -125,7 +138,8 @@ class JobService:
             created_at=created,
             priority_key=priority_key(spec.priority, self._settings.thresholds),
             activity_task_queue=self._temporal.activity_queue(spec.type),
-            heartbeat_timeout_ms=int(self._settings.heartbeat_timeout_s * 1000),
+            heartbeat_timeout_ms=spec.heartbeat_timeout_ms
+            or int(self._settings.heartbeat_timeout_s * 1000),
             requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
             gates=self._gates.of(spec),
             gate_defaults=self._settings.gate_defaults() if gated else None,
@@ -212,6 +226,38 @@ class JobService:
             raise
         except WorkflowQueryFailedError as err:
             raise JobNotFound(job_id) from err
+
+    async def live(self, job: Job) -> Job:
+        """An assigned or running job with what only its pending attempt knows: the last
+        heartbeat (`heartbeat_at`, `lease_expires_at`) and progress. One describe call;
+        nothing of it is in the job's history."""
+        if job.status not in (JobStatus.ASSIGNED, JobStatus.RUNNING):
+            return job
+        try:
+            desc = await self._handle(job.id).describe(rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as err:
+            log.warning("cannot read the attempt of %s: %s", job.id, err)
+            return job
+        activity_id = attempt_activity_id(job.attempt)
+        pending = next(
+            (p for p in desc.raw_description.pending_activities if p.activity_id == activity_id),
+            None,
+        )
+        if pending is None:
+            return job
+        update: dict[str, Any] = {}
+        if pending.HasField("last_heartbeat_time"):
+            beat = pending.last_heartbeat_time.ToMilliseconds()
+            update["heartbeat_at"] = max(beat, job.heartbeat_at or 0)
+        if pending.heartbeat_details.payloads:
+            details = await self._client.data_converter.decode(pending.heartbeat_details.payloads)
+            with contextlib.suppress(ValidationError):
+                update["progress"] = Progress.model_validate(details[0])
+        heartbeat_at = update.get("heartbeat_at", job.heartbeat_at)
+        if heartbeat_at is not None:
+            timeout = job.heartbeat_timeout_ms or int(self._settings.heartbeat_timeout_s * 1000)
+            update["lease_expires_at"] = heartbeat_at + timeout
+        return job.model_copy(update=update)
 
     async def list_jobs(
         self,

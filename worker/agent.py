@@ -23,7 +23,7 @@ from activities import solver
 from worker.hub_client import HubSettings
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.errors import ErrorType, Failure
-from workflows.models import AttemptResult, ClaimedJob
+from workflows.models import AttemptResult, ClaimedJob, Progress
 
 log = logging.getLogger("jobforge.agent")
 
@@ -148,12 +148,13 @@ class Agent:
         lost = asyncio.Event()  # cancelled, or no longer ours (409 on heartbeat)
         beats: asyncio.Task[None] | None = None
         every_s = min(HEARTBEAT_EVERY_S, job.heartbeat_timeout_ms / 3000)
+        progress = LatestProgress()
 
         async def on_start() -> None:
             nonlocal beats
-            beats = asyncio.create_task(self._heartbeats(job.id, lost, every_s))
+            beats = asyncio.create_task(self._heartbeats(job.id, lost, every_s, progress))
 
-        run = asyncio.create_task(self._execute(job, on_start))
+        run = asyncio.create_task(self._execute(job, on_start, progress.set))
         try:
             await self._until_done(run, lost, stop)
         finally:
@@ -213,22 +214,31 @@ class Agent:
             stop_wait.cancel()
 
     async def _execute(
-        self, job: ClaimedJob, on_start: Callable[[], Awaitable[None]]
+        self,
+        job: ClaimedJob,
+        on_start: Callable[[], Awaitable[None]],
+        on_progress: Callable[[Progress], None],
     ) -> AttemptResult:
         argv = await self._source.argv(job)
-        run = await solver.run(job, argv, self._limits, on_start)
+        run = await solver.run(job, argv, self._limits, on_start, on_progress)
         return solver.outcome(run, self._worker.node_id, self._limits.max_output_bytes)
 
-    async def _heartbeats(self, job_id: str, lost: asyncio.Event, every_s: float) -> None:
-        """Heartbeat now (the job becomes running), then every 10 s; 409 → lost."""
+    async def _heartbeats(
+        self, job_id: str, lost: asyncio.Event, every_s: float, progress: LatestProgress
+    ) -> None:
+        """Heartbeat now (the job becomes running), then every 10 s, and sooner (at most
+        once per PROGRESS_PUBLISH_MS) when the solver reports progress; 409 → lost."""
+        least_s = self._worker.progress_publish_ms / 1000
         while True:
-            response = await self._hub.call(
-                "POST", f"/api/jobs/{job_id}/heartbeat", json={"worker_id": self._worker.node_id}
-            )
+            body: dict[str, Any] = {"worker_id": self._worker.node_id}
+            if progress.value is not None:
+                body["progress"] = progress.value.model_dump(mode="json", exclude={"at"})
+            response = await self._hub.call("POST", f"/api/jobs/{job_id}/heartbeat", json=body)
             if response.status_code == 409:
                 lost.set()
                 return
-            await asyncio.sleep(every_s)
+            await asyncio.sleep(least_s)
+            await progress.changed_within(max(0.0, every_s - least_s))
 
     async def _report_failure(self, job_id: str, failure: Failure) -> None:
         response = await self._hub.call(
@@ -238,6 +248,24 @@ class Agent:
         )
         if response.status_code != 200:
             log.warning("failure report for %s refused: %s", job_id, response.text)
+
+
+class LatestProgress:
+    """The solver's last progress report, and a wake-up when a new one comes."""
+
+    def __init__(self) -> None:
+        self.value: Progress | None = None
+        self._changed = asyncio.Event()
+
+    def set(self, progress: Progress) -> None:
+        self.value = progress
+        self._changed.set()
+
+    async def changed_within(self, seconds: float) -> None:
+        """Return when a new report came (or had come), or after `seconds`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), seconds)
+        self._changed.clear()
 
 
 async def serve(settings: AgentSettings, solver: SolverSettings) -> None:

@@ -87,8 +87,11 @@ class NativeWorker:
             max_concurrent_activities=self._settings.cores,
             max_concurrent_activity_task_polls=1,
             graceful_shutdown_timeout=timedelta(seconds=self._settings.shutdown_grace_s),
-            # Heartbeats reach Temporal at least every 10 s, and so do cancellations.
-            max_heartbeat_throttle_interval=timedelta(seconds=10),
+            # A heartbeat (the 10 s beat, or a solver's progress) reaches Temporal
+            # within PROGRESS_PUBLISH_MS, at most once per it; so do cancellations.
+            max_heartbeat_throttle_interval=timedelta(
+                milliseconds=self._settings.progress_publish_ms
+            ),
             identity=self._settings.node_id,
         )
         self._add(job_type, worker)

@@ -106,6 +106,10 @@ class WorkerSettings(BaseSettings):
     shutdown_grace_s: float = 30.0
     type_poll_ms: int = Field(default=1000, ge=50)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # A solver's progress reaches Temporal (and readers) at most this often per job.
+    progress_publish_ms: int = Field(
+        default=1000, ge=100, le=60_000, validation_alias="PROGRESS_PUBLISH_MS"
+    )
     node_id: str = Field(
         default_factory=_default_node_id,
         validation_alias="NODE_ID",

@@ -91,6 +91,31 @@ WAITING_AT: dict[GateKind, WaitingFor] = {
 }
 
 
+# A solver reports progress with stderr lines `JOBFORGE_PROGRESS <fraction> [message]`.
+PROGRESS_MARKER = "JOBFORGE_PROGRESS"
+PROGRESS_MESSAGE_MAX = 500
+
+
+class Progress(BaseModel):
+    """How far a running attempt is, as its solver or agent last said (`at`: ms)."""
+
+    fraction: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    message: str | None = None
+    at: int | None = None
+
+    @classmethod
+    def from_line(cls, line: str, at: int) -> Progress | None:
+        """A progress line's value, or None if the line is not one (or malformed)."""
+        marker, _, rest = line.strip().partition(" ")
+        if marker != PROGRESS_MARKER:
+            return None
+        value, _, message = rest.strip().partition(" ")
+        try:
+            return cls(fraction=float(value), message=message[:PROGRESS_MESSAGE_MAX] or None, at=at)
+        except ValueError:
+            return None
+
+
 class JobStatus(StrEnum):
     """The spec's statuses. `failed` is transient unless the job was cancelled."""
 
@@ -130,6 +155,10 @@ class JobSpec(BaseModel):
     target: Annotated[str | None, Field(pattern=TARGET_PATTERN, description="Serial target")] = None
     earliest_start_at: EpochMs | None = None
     deadline_at: EpochMs | None = None
+    heartbeat_timeout_ms: Annotated[
+        int | None,
+        Field(strict=True, ge=1000, le=3_600_000, description="Default JOB_HEARTBEAT_TIMEOUT_S"),
+    ] = None
     admission: Annotated[
         Literal["queue", "reject"],
         Field(description="reject: 201 if the pool takes the job now, else 429 (nothing made)"),
@@ -294,6 +323,13 @@ class Job(BaseModel):
     earliest_start_at: int | None = None
     deadline_at: int | None = None
     admission: Literal["queue", "reject"] = "queue"
+    heartbeat_timeout_ms: int | None = None
+    progress: Progress | None = Field(
+        default=None, description="The running attempt's last progress (live, not stored)"
+    )
+    lease_expires_at: int | None = Field(
+        default=None, description="heartbeat_at plus the heartbeat timeout (live)"
+    )
     waiting_for: WaitingFor | None = Field(
         default=None, description="Why a pending job is not running yet"
     )

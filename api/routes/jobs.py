@@ -111,7 +111,7 @@ async def list_jobs(
 async def get_job(job_id: JobId, jobs: JobsDep, gates: GatesDep) -> Job:
     """One job with its attempts, fail_history and transitions; a pending one says what
     it waits for (`waiting_for`)."""
-    return await gates.explain(await jobs.get(job_id))
+    return await gates.explain(await jobs.live(await jobs.get(job_id)))
 
 
 @router.delete(
