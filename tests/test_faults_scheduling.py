@@ -415,22 +415,24 @@ def fault_round(
     http = cluster.http
     paused_ids = [ids[k] for k in ids if specs[k].get("group") == PAUSED]
 
+    ended: set[str] = set()  # read once terminal, not read again
+
     def paused_jobs_active() -> list[dict[str, Any]] | None:
-        active = [
-            job
-            for job in (faultkit.get_job(http, job_id) for job_id in paused_ids)
-            if job["status"] in faultkit.ACTIVE
-        ]
+        read = [faultkit.get_job(http, job_id) for job_id in paused_ids if job_id not in ended]
+        ended.update(job["id"] for job in read if faultkit.is_terminal(job))
+        active = [job for job in read if job["status"] in faultkit.ACTIVE]
         return active if any(job["status"] == "running" for job in active) else None
 
+    before: list[dict[str, Any]] = []
     with contextlib.suppress(TimeoutError):  # none late in a full run: pause anyway
-        wait_until(paused_jobs_active, timeout=30, interval=0.2, what="a running job")
+        before = wait_until(paused_jobs_active, timeout=30, interval=0.2, what="a running job")
     faultkit.call_retrying(http, "POST", f"/api/groups/{PAUSED}/pause")
     paused_at = now_ms()
 
     # A worker dies under jobs of the paused group that run on after the pause: their
     # attempts fail, and their retries must wait for the resume.
-    active = paused_jobs_active() or []
+    now = (faultkit.get_job(http, job["id"]) for job in before)
+    active = [job for job in now if job["status"] in faultkit.ACTIVE]
     running = [job for job in active if job["status"] == "running"]
     name = running[0]["worker_id"] if running else rng.choice(sorted(cluster.workers))
     hit = {job["id"]: len(job["transitions"]) for job in active if job["worker_id"] == name}
