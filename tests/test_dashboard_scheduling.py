@@ -1,5 +1,5 @@
-"""The dashboard's scheduling panels (groups, pools, a job's target and waiting reason) in
-a real (headless) Chromium against real API and worker processes."""
+"""The dashboard's scheduling panels (groups, pools, targets, a job's target and waiting
+reason) in a real (headless) Chromium against real API and worker processes."""
 
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ def group_item(page: Page, group: str) -> Locator:
 def pool_item(page: Page, pool: str) -> Locator:
     """The pools panel's entry for a pool."""
     return page.locator(f'#pool-list li[data-pool="{pool}"]')
+
+
+def target_item(page: Page, target: str) -> Locator:
+    """The targets panel's entry for a target."""
+    return page.locator(f'#target-list li[data-target="{target}"]')
 
 
 def test_a_paused_group_shows_as_paused_and_its_resume_button_resumes_it(
@@ -187,6 +192,54 @@ def test_a_halted_targets_resume_buttons_resume_it(
     expect(row(page, later)).to_have_attribute("data-status", "completed", timeout=LIVE_TIMEOUT_MS)
 
 
+def test_a_halted_target_shows_in_the_targets_panel_and_its_skip_button_resumes_it(
+    page: Page, api: Api, name: str, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    target = f"tenant/{name}"
+    failing = api.submit(**make_solver("sys.exit(3)\n").spec(job_type, target=target))
+    api.wait_status(failing, "quarantined")
+    later = api.submit(**make_solver('print("{}")\n').spec(job_type, target=target))
+
+    def listed_halted() -> bool:
+        views = ok(api.http.get("/api/targets"))
+        return any(view["target"] == target and view["halted"] for view in views)
+
+    wait_until(listed_halted, timeout=30, what="the target listed as halted")
+    sign_in(page, api)
+
+    item = target_item(page, target)
+    expect(item).to_have_attribute("data-halted", "true")
+    expect(item.locator('[data-field="state"]')).to_have_text("halted")
+    expect(item.locator('[data-field="halted-by"] button')).to_have_text(failing)
+    expect(item.locator('[data-field="running"]')).to_have_text("0 running")
+    expect(item.locator('[data-field="pending"]')).to_have_text(
+        "1 pending", timeout=LIVE_TIMEOUT_MS
+    )
+    expect(item.locator("button.target-resume-retry")).to_have_text("Resume (retry)")
+
+    # The halting job is a link to its detail (which covers the panel: closed again).
+    item.locator('[data-field="halted-by"] button').click()
+    expect(page.locator("#detail-id")).to_have_text(failing)
+    expect(page.locator("#detail-target")).to_have_attribute("data-halted", "true")
+    page.locator("#close-detail").click()
+
+    item.locator("button.target-resume-skip").click()
+    expect(item).to_have_attribute("data-halted", "false")
+    expect(item.locator('[data-field="state"]')).to_have_text("open")
+    expect(item.locator("button.target-resume-skip")).to_have_count(0)
+    expect(item.locator('[data-field="halted-by"]')).to_have_count(0)
+    view = ok(api.http.get(f"/api/targets/{target}"))
+    assert view["halted"] is False
+    assert view["halted_by"] is None
+    api.wait_status(later, "completed")
+    assert api.job(failing)["status"] == "quarantined"
+    # The panel follows on its own cadence: the later job is no longer pending.
+    expect(item.locator('[data-field="pending"]')).to_have_text(
+        "0 pending", timeout=LIVE_TIMEOUT_MS
+    )
+    expect(item).to_have_attribute("data-halted", "false")
+
+
 def test_the_panels_cost_one_list_call_each_per_refresh(page: Page, api: Api) -> None:
     def paths() -> list[str]:
         """The paths the page has fetched so far, from its resource timing."""
@@ -197,6 +250,7 @@ def test_the_panels_cost_one_list_call_each_per_refresh(page: Page, api: Api) ->
 
     sign_in(page, api)
     expect(page.locator("#group-list li").first).to_be_visible()
+    expect(page.locator("#target-list li").first).to_be_visible()
 
     # Two refreshes after the first paint: still one read per panel each, none per job.
     def refreshed_twice() -> list[str] | None:
@@ -211,6 +265,7 @@ def test_the_panels_cost_one_list_call_each_per_refresh(page: Page, api: Api) ->
     refreshes = seen.count("/api/workers")
     assert refreshes - 1 <= seen.count("/api/groups") <= refreshes + 1
     assert refreshes - 1 <= seen.count("/api/pools") <= refreshes + 1
+    assert refreshes - 1 <= seen.count("/api/targets") <= refreshes + 1
     lists = {"/api/jobs/page", "/api/jobs/counts", "/api/jobs/events"}
     per_item = [
         path

@@ -1,7 +1,7 @@
 // jobforge dashboard: plain JS, no build step. One page of jobs at a time, kept live
 // from the server-sent event stream; counts and page 1 are re-read (throttled) after events.
-// The side panels (fleet, groups, pools) are re-read every PANELS_EVERY_MS, one list call
-// each, while the tab is visible.
+// The side panels (fleet, groups, pools, targets) are re-read every PANELS_EVERY_MS, one
+// list call each, while the tab is visible.
 "use strict";
 
 // The status chips: the API's statuses, and a cancelled job (failed with fail_reason
@@ -53,7 +53,10 @@ const state = {
   groupsSeq: 0, // bumped by a pause/resume here, so a list read begun before it is dropped
   busy: new Set(), // groups with a pause/resume in flight
   groupMessages: new Map(), // group → {text, error} of its last refused action
-  target: null, // the open job's target: {name, view, message, busy, seq}
+  targetNames: [], // GET /api/targets, as last read (and any target resumed here since)
+  targetViews: new Map(), // target → {view, asOf}: the freshest view of it (see keepTarget)
+  targetBusy: new Set(), // targets with a resume in flight
+  targetMessages: new Map(), // target → {text, error} of its last resume here
   stream: null,
   timers: {},
   running: false,
@@ -237,6 +240,7 @@ async function start() {
   renderChips();
   await Promise.all([
     guard(loadCounts), guard(loadPage), guard(loadFleet), guard(loadGroups), guard(loadPools),
+    guard(loadTargets),
   ]);
   openStream();
   schedulePanels();
@@ -566,7 +570,10 @@ const detailSoon = debounce(() => {
 function selectJob(id) {
   if (state.selected !== id) {
     state.cancelMessage = null;
-    if (state.target) state.target.message = null;
+    if (state.targetMessages.size) {
+      state.targetMessages.clear();
+      renderTargets();
+    }
   }
   state.selected = id;
   for (const { job, tr } of state.rows.values()) tr.classList.toggle("selected", job.id === id);
@@ -757,65 +764,119 @@ function detailGroup(job) {
   );
 }
 
-// ---------------------------------------------------------------- the open job's target
+// ---------------------------------------------------------------- targets
+
+// The Targets panel and an open job's target show one view per target: the freshest one
+// read (GET /api/targets each beat, GET /api/targets/{t} when a detail opens) or answered
+// by a resume here. A list answer may be counts_cache_ms old (METRICS_CACHE_MS) and gate
+// memos reach visibility a moment after a change, so it counts as that much older than
+// its request; a view read or answered since is not overwritten by it.
+const MEMO_LAG_MS = 1000;
 
 // A target may be `tenant/name`: the route takes the slash as is.
 function targetPath(name) {
   return name.split("/").map(encodeURIComponent).join("/");
 }
 
-async function loadTarget(name) {
-  const seq = state.target && state.target.name === name ? state.target.seq : 0;
-  const view = await getJson(`/api/targets/${targetPath(name)}`);
-  if (!state.detail || state.detail.target !== name) return;
-  if (!state.target || state.target.name !== name) {
-    state.target = { name, view, message: null, busy: false, seq: 0 };
-  } else if (state.target.seq === seq) {
-    state.target.view = view; // else a resume here answered meanwhile, and is newer
-  }
-  renderTarget();
+function keepTarget(view, asOf) {
+  const known = state.targetViews.get(view.target);
+  if (!known || asOf >= known.asOf) state.targetViews.set(view.target, { view, asOf });
 }
 
-function renderTarget() {
+async function loadTargets() {
+  const asOf = Date.now() - (state.config.counts_cache_ms || 0) - MEMO_LAG_MS;
+  const targets = await getJson("/api/targets");
+  if (!state.running) return;
+  for (const view of targets) keepTarget(view, asOf);
+  state.targetNames = targets.map((t) => t.target);
+  const kept = new Set(state.targetNames);
+  if (state.detail && state.detail.target) kept.add(state.detail.target);
+  for (const name of state.targetViews.keys()) if (!kept.has(name)) state.targetViews.delete(name);
+  renderTargets();
+}
+
+async function loadTarget(name) {
+  const asOf = Date.now();
+  keepTarget(await getJson(`/api/targets/${targetPath(name)}`), asOf);
+  renderTargets();
+}
+
+function renderTargets() {
+  const views = state.targetNames.filter((name) => state.targetViews.has(name))
+    .map((name) => state.targetViews.get(name).view);
+  const halted = views.filter((t) => t.halted).length;
+  $("#targets-summary").textContent = views.length ? `${halted} of ${views.length} halted` : "";
+  const list = $("#target-list");
+  list.replaceChildren(...views.map(targetItem));
+  if (!views.length) list.append(h("li", { class: "muted" }, "No targets yet."));
   const shown = $("#detail-target");
   if (shown && state.detail && state.detail.target) shown.replaceWith(targetPanel(state.detail.target));
 }
 
-function targetPanel(name) {
-  const t = state.target && state.target.name === name ? state.target : null;
-  if (!t) return h("div", { id: "detail-target", "data-target": name }, h("p", { class: "muted" }, "Loading…"));
-  const { view } = t;
-  const resume = (how, label, title) =>
-    h("button", { id: `target-resume-${how}`, type: "button", title, disabled: t.busy,
+function haltedByLink(id) {
+  return h("button", { class: "link mono halted-by", type: "button", title: "Open this job",
+                       onclick: () => selectJob(id) }, id);
+}
+
+// Resume (retry) and Resume (skip) for a halted target; `attrs(how)` names each button.
+function resumeButtons(name, attrs) {
+  const busy = state.targetBusy.has(name);
+  const button = (how, label, title) =>
+    h("button", { ...attrs(how), type: "button", title, disabled: busy,
                   onclick: () => resumeTarget(name, how) }, label);
+  return [
+    button("retry", "Resume (retry)", "Re-queue the job that halted it; it runs first"),
+    button("skip", "Resume (skip)", "Leave the job that halted it quarantined; run the next"),
+  ];
+}
+
+function targetItem(t) {
+  const message = state.targetMessages.get(t.target);
+  return h(
+    "li",
+    { class: "gate", "data-target": t.target, "data-halted": String(t.halted) },
+    h("span", { class: "name", title: t.target }, t.target),
+    h("span", { class: `state ${t.halted ? "halted" : "open"}`, "data-field": "state" },
+      t.halted ? "halted" : "open"),
+    t.halted_by && h("span", { class: "muted small", "data-field": "halted-by" },
+                     "halted by ", haltedByLink(t.halted_by)),
+    h("span", { class: "muted small" },
+      h("span", { "data-field": "running" }, `${t.running} running`), " · ",
+      h("span", { "data-field": "pending" }, `${t.pending} pending`)),
+    t.halted && h("span", { class: "gate-actions" }, resumeButtons(
+      t.target, (how) => ({ class: `target-resume-${how}`, "data-action": how }))),
+    message && message.error && h("span", { class: "small error", role: "alert" }, message.text),
+  );
+}
+
+// The open job's target, as the panel has it (or as read when the detail opened).
+function targetPanel(name) {
+  const known = state.targetViews.get(name);
+  if (!known) {
+    return h("div", { id: "detail-target", "data-target": name }, h("p", { class: "muted" }, "Loading…"));
+  }
+  const { view } = known;
+  const message = state.targetMessages.get(name);
   return h(
     "div",
     { id: "detail-target", "data-target": name, "data-halted": String(view.halted) },
     definitionList([
       ["State", h("span", { class: `state ${view.halted ? "halted" : "open"}` },
                   view.halted ? "halted" : "open"), "target-state"],
-      view.halted_by && ["Halted by",
-        h("button", { class: "link mono", type: "button", onclick: () => selectJob(view.halted_by) },
-          view.halted_by), "target-halted-by"],
+      view.halted_by && ["Halted by", haltedByLink(view.halted_by), "target-halted-by"],
       ["Jobs", `${view.running} running · ${view.pending} pending`, "target-counts"],
     ]),
-    view.halted && h(
-      "div",
-      { class: "actions" },
-      resume("retry", "Resume (retry)", "Re-queue the job that halted it; it runs first"),
-      resume("skip", "Resume (skip)", "Leave the job that halted it quarantined; run the next"),
-    ),
-    t.message && h("p", { id: "target-message", class: t.message.error ? "error" : "ok" }, t.message.text),
+    view.halted && h("div", { class: "actions" },
+                     resumeButtons(name, (how) => ({ id: `target-resume-${how}` }))),
+    message && h("p", { id: "target-message", class: message.error ? "error" : "ok" }, message.text),
   );
 }
 
 async function resumeTarget(name, how) {
-  const t = state.target;
-  if (!t || t.name !== name || t.busy) return;
-  t.busy = true;
-  t.seq += 1;
-  t.message = null;
-  renderTarget();
+  if (state.targetBusy.has(name)) return;
+  state.targetBusy.add(name);
+  state.targetMessages.delete(name);
+  renderTargets();
   await guard(async () => {
     const response = await api(`/api/targets/${targetPath(name)}/resume`, {
       method: "POST",
@@ -823,15 +884,19 @@ async function resumeTarget(name, how) {
       body: JSON.stringify({ job: how }),
     });
     if (response.ok) {
-      t.view = await response.json();
-      t.message = { text: `Resumed (${how}).`, error: false };
+      // As of its answer: a read sent while the resume was under way may predate it.
+      keepTarget(await response.json(), Date.now());
+      // A target the last list read did not have yet (visibility lags a new gate) joins it.
+      if (!state.targetNames.includes(name)) state.targetNames = [...state.targetNames, name].sort();
+      state.targetMessages.set(name, { text: `Resumed (${how}).`, error: false });
     } else {
-      t.message = { text: `Not resumed: ${await errorText(response)}`, error: true };
+      state.targetMessages.set(name, { text: `Not resumed: ${await errorText(response)}`, error: true });
     }
   });
-  t.busy = false;
-  renderTarget();
-  detailSoon();
+  state.targetBusy.delete(name);
+  renderTargets();
+  // The open job of this target now runs, or waits for something else.
+  if (state.detail && state.detail.target === name) detailSoon();
   refreshSoon();
 }
 
@@ -981,14 +1046,14 @@ function poolItem(p) {
 // ---------------------------------------------------------------- the refresh cadence
 
 async function refreshPanels() {
-  // What an open detail shows can change with no event of its own (a group paused from
-  // the CLI, a target halted by another job): one more read for it, not one per row.
+  // A pending job's detail can change with no event of its own (its group paused from
+  // the CLI, its target halted by another job): one more read for it, not one per row.
+  // Any other open job's group and target come from the panels' lists.
   const open = state.detail && state.detail.id === state.selected ? state.detail : null;
-  let detail = null;
-  if (open && open.status === "pending") detail = () => loadDetail(open.id);
-  else if (open && open.target) detail = () => loadTarget(open.target);
+  const detail = open && open.status === "pending" ? () => loadDetail(open.id) : null;
   await Promise.all([
-    guard(loadFleet), guard(loadGroups), guard(loadPools), detail && guard(detail),
+    guard(loadFleet), guard(loadGroups), guard(loadPools), guard(loadTargets),
+    detail && guard(detail),
   ]);
 }
 
