@@ -366,12 +366,14 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
     wait_until(all_terminal, timeout=faultkit.scale(120, 600), interval=0.5, what="resumed targets")
     lap("resume")
     leaked = faultkit.wait_pools_idle(http, POOLS, timeout=30)
-    # L R D M as the other scenarios check them (assert_invariants), then C S P.
+    # L R D M O as the other scenarios check them (assert_invariants), then C S P: all of
+    # them before the one assertion, so a failure lists every violation.
     jobs = faultkit.wait_terminal(http, order, timeout=60)
     problems = faultkit.check_results(jobs, tags)
     problems += faultkit.check_runs(jobs, tags, faultkit.read_runs(log))
     problems += faultkit.check_transitions(jobs)
     problems += faultkit.check_stable(http, jobs, pause_s=1.0)
+    problems += faultkit.check_quiet(solver.path, [cluster.cache(n) for n in cluster.workers])
     lap("check")
     problems += leaked
     problems += faultkit.check_capacity(jobs, POOLS)
@@ -396,8 +398,6 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
     }
     print(f"scheduling faults: {json.dumps(summary)}")  # noqa: T201 - the run's figures
     assert not problems, f"{len(problems)} violations:\n" + explain(problems, jobs, tags, log)
-    caches = [cluster.cache(name) for name in cluster.workers]
-    assert not faultkit.check_quiet(solver.path, caches)
 
 
 def fault_round(
