@@ -19,7 +19,7 @@ from activities.solver import SolverLimits, SolverSource
 from engine.clock import now_ms
 from workflows.errors import AttemptFailureDetails, ErrorType
 from workflows.models import AttemptInput, AttemptReport, AttemptResult, Progress
-from workflows.names import REPORT_SIGNAL, RUN_JOB_ACTIVITY
+from workflows.names import CLAIM_UPDATE, REPORT_SIGNAL, RUN_JOB_ACTIVITY
 
 HEARTBEAT_EVERY_S = 10.0
 # A solver still running after this long is reported `running` right away; a faster
@@ -141,11 +141,19 @@ class Attempt:
     async def run(self, waited: bool) -> AttemptResult:
         """Fetch the solver, run it, and return its result or raise its failure."""
         argv = await self._config.source.argv(self._inp, on_download=self._on_download)
+        if self._inp.claim_first and not await self._claim():
+            raise ApplicationError(
+                "the attempt was recalled before its solver started",
+                type=ErrorType.CANCELLED,
+                non_retryable=True,
+            )
         # A cancel while the attempt waited for a slot or a download reaches this worker
         # only with a heartbeat response; ask once, so a cancelled job's solver never
         # runs. An attempt that started at once needs no such look (one RPC saved).
-        if (waited or self._downloaded) and not await attempt_still_wanted(
-            self._handle, activity.info().activity_id
+        if (
+            not self._inp.claim_first
+            and (waited or self._downloaded)
+            and not await attempt_still_wanted(self._handle, activity.info().activity_id)
         ):
             raise ApplicationError(
                 "the attempt was cancelled before its solver started",
@@ -188,9 +196,21 @@ class Attempt:
         )
         await self._handle.signal(REPORT_SIGNAL, report)
 
+    async def _claim(self) -> bool:
+        """Ask the job's workflow for the attempt (it answers in order with a recall)."""
+        report = AttemptReport(
+            attempt=self._inp.attempt,
+            worker_id=self._config.worker_id,
+            phase="assigned",
+            claimed_at=self._claimed_at,
+        )
+        granted: bool = await self._handle.execute_update(CLAIM_UPDATE, report, result_type=bool)
+        return granted
+
     async def _on_download(self) -> None:
         self._downloaded = True
-        await self._report("assigned")
+        if not self._inp.claim_first:  # a claim-first attempt is claimed after it
+            await self._report("assigned")
 
     async def _on_start(self) -> None:
         self._started_at = now_ms()

@@ -12,7 +12,8 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-KILL_GRACE_S = 5.0
+# How long a solver asked to stop (SIGTERM) has before SIGKILL (STOP_GRACE_S).
+KILL_GRACE_S = 10.0
 READ_CHUNK = 64 * 1024
 
 
@@ -80,6 +81,7 @@ async def run_solver(
     on_start: Callable[[], Awaitable[None]] | None = None,
     max_memory_bytes: int | None = None,
     on_stderr_line: Callable[[str], None] | None = None,
+    stop_grace_s: float = KILL_GRACE_S,
 ) -> SolverRun:
     """Run `argv`; TERM then KILL its whole group at `max_runtime_s` or on cancel.
 
@@ -117,10 +119,10 @@ async def run_solver(
         overflow_wait.cancel()
         if waiter not in done:
             timed_out = not overflow.is_set()
-            await _terminate(process, pgid)
+            await _terminate(process, pgid, stop_grace_s)
         await waiter
     except BaseException:
-        await asyncio.shield(_terminate(process, pgid))
+        await asyncio.shield(_terminate(process, pgid, stop_grace_s))
         stdout_task.cancel()
         stderr_task.cancel()
         raise
@@ -199,10 +201,10 @@ async def _exited(process: asyncio.subprocess.Process) -> None:
         os.close(fd)
 
 
-async def _terminate(process: asyncio.subprocess.Process, pgid: int) -> None:
+async def _terminate(process: asyncio.subprocess.Process, pgid: int, grace_s: float) -> None:
     kill_group(pgid, signal.SIGTERM)
     try:
-        await asyncio.wait_for(_exited(process), KILL_GRACE_S)
+        await asyncio.wait_for(_exited(process), grace_s)
     except TimeoutError:
         kill_group(pgid, signal.SIGKILL)
         await _exited(process)

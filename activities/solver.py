@@ -28,6 +28,8 @@ class SolverLimits:
     max_output_bytes: int = 1024 * 1024
     log_tail_bytes: int = 16 * 1024
     max_memory_bytes: int | None = None
+    # A solver stopped (cancel, stop, max runtime) gets SIGTERM, then SIGKILL after this.
+    stop_grace_s: float = 10.0
 
 
 def split_command(command: str | list[str]) -> list[str]:
@@ -84,6 +86,7 @@ async def run(
             on_start=on_start,
             max_memory_bytes=limits.max_memory_bytes,
             on_stderr_line=on_line if on_progress is not None else None,
+            stop_grace_s=limits.stop_grace_s,
         )
     except OSError as err:
         raise ApplicationError(

@@ -46,7 +46,12 @@ from workflows.models import (
     JobStatus,
     Progress,
 )
-from workflows.names import BRIDGE_IDENTITY_PREFIX, REPORT_SIGNAL, attempt_activity_id
+from workflows.names import (
+    BRIDGE_IDENTITY_PREFIX,
+    CLAIM_UPDATE,
+    REPORT_SIGNAL,
+    attempt_activity_id,
+)
 
 log = logging.getLogger("jobforge.bridge")
 
@@ -223,11 +228,18 @@ class Bridge:
         report = AttemptReport(
             attempt=inp.attempt, worker_id=worker_id, phase="assigned", claimed_at=claimed_at
         )
+        workflow = self._client.get_workflow_handle(inp.job_id)
         try:
-            # A signal, not an update: it is durable when this returns, and the claimer
-            # gets the job one workflow task sooner; `_held_by` covers the moment
-            # before the workflow has applied it.
-            await self._client.get_workflow_handle(inp.job_id).signal(REPORT_SIGNAL, report)
+            if inp.claim_first:
+                # A grouped job: asked, in order with a pause's recall.
+                if not await workflow.execute_update(CLAIM_UPDATE, report, result_type=bool):
+                    await self._abandon(task)
+                    return None
+            else:
+                # A signal, not an update: it is durable when this returns, and the
+                # claimer gets the job one workflow task sooner; `_held_by` covers the
+                # moment before the workflow has applied it.
+                await workflow.signal(REPORT_SIGNAL, report)
         except RPCError as err:
             await self._abandon(task)
             if err.status != RPCStatusCode.NOT_FOUND:
@@ -253,7 +265,7 @@ class Bridge:
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
             job = await self._jobs.get(job_id)
-        if job.cancelled:
+        if job.cancelled or job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED):
             raise _cancelled(job_id)
         if job.status not in HELD_STATUSES or job.worker_id != worker_id:
             raise JobConflict(
@@ -261,6 +273,7 @@ class Bridge:
                 id=job_id,
                 status=job.status.value,
                 cancelled=False,
+                stop=True,
             )
         return job
 
@@ -359,11 +372,14 @@ def _stamped(progress: JsonValue) -> JsonValue:
 
 
 def _cancelled(job_id: str) -> JobConflict:
-    return JobConflict("job was cancelled; stop it", id=job_id, status="failed", cancelled=True)
+    # `stop`: the agent must stop its solver (a cancel, or a stop of a running job).
+    return JobConflict(
+        "job was cancelled or stopped; stop it", id=job_id, cancelled=True, stop=True
+    )
 
 
 def _attempt_over(job_id: str) -> JobConflict:
-    return JobConflict("the attempt is over (timed out or replaced)", id=job_id)
+    return JobConflict("the attempt is over (timed out or replaced)", id=job_id, stop=True)
 
 
 def _canonical(value: JsonValue) -> bytes:

@@ -36,7 +36,11 @@ EVENT_NAMES = {
     JobStatus.COMPLETED: "job:completed",
     JobStatus.FAILED: "job:failed",
     JobStatus.QUARANTINED: "job:quarantined",
+    JobStatus.STOP_REQUESTED: "job:stop_requested",
+    JobStatus.STOPPED: "job:stopped",
 }
+# A `failed` transition with one of these reasons ends the job.
+FINAL_FAILED_REASONS = (ErrorType.CANCELLED.value, ErrorType.DEADLINE_EXCEEDED.value)
 
 
 @dataclass(frozen=True, order=True)
@@ -234,9 +238,11 @@ class EventFeed:
         self._forget(cursor.ts - cfg.forget_ms)
 
     def _emit(self, event: JobEvent) -> None:
-        finished = event.status in (JobStatus.COMPLETED, JobStatus.QUARANTINED) or (
-            event.event == "job:cancelled"
-        )
+        finished = event.status in (
+            JobStatus.COMPLETED,
+            JobStatus.QUARANTINED,
+            JobStatus.STOPPED,
+        ) or (event.status == JobStatus.FAILED and event.reason in FINAL_FAILED_REASONS)
         self._sent[event.id] = (event.seq, event.ts, finished)
         if self.on_event is not None:
             self.on_event(event)

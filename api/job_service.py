@@ -62,6 +62,7 @@ from workflows.names import (
     EVENTS_MEMO,
     JOB_QUERY,
     JOB_WORKFLOW,
+    STOP_UPDATE,
     attempt_activity_id,
 )
 from workflows.search_attributes import job_filter
@@ -313,6 +314,38 @@ class JobService:
 
         jobs = await asyncio.gather(*(read(execution) for execution in executions))
         return [job for job in jobs if job is not None]
+
+    # -- stop ----------------------------------------------------------------------
+
+    async def stop(self, job_id: str) -> Job:
+        """Stop a job: pending or assigned, it is cancelled; running, it goes to
+        `stop_requested`, and this asks Temporal to cancel its workflow, which cancels
+        the attempt (the worker kills the solver) and ends it `stopped`. A repeated
+        stop changes nothing; a job that ended otherwise is a 409."""
+        handle = self._handle(job_id)
+        try:
+            job: Job = await handle.execute_update(STOP_UPDATE, result_type=Job)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_STOPPABLE:
+                status = cause.details[0] if cause.details else None
+                raise JobConflict(cause.message, id=job_id, status=status) from err
+            await self.get(job_id)
+            raise TemporalCallFailed(f"stop failed: {cause or err}", id=job_id) from err
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            job = await self.get(job_id)  # closed: stopped or cancelled already, or not
+            if job.status == JobStatus.STOPPED or job.cancelled:
+                return job
+            raise JobConflict(
+                f"job is {job.status.value}; it has ended and cannot be stopped",
+                id=job_id,
+                status=job.status.value,
+            ) from err
+        if job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED) or job.cancelled:
+            await handle.cancel()
+        return job
 
     # -- cancel --------------------------------------------------------------------
 

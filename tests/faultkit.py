@@ -172,8 +172,18 @@ EDGES: set[tuple[str, str]] = {
     ("failed", "quarantined"),
 }
 CANCEL_EDGES: set[tuple[str, str]] = {("pending", "failed"), ("assigned", "failed")}
+# A job not assigned by its deadline_at.
+DEADLINE_EDGES: set[tuple[str, str]] = {("pending", "failed")}
+# Stop: a running job asked to stop ends stopped, or its own end comes first.
+STOP_EDGES: set[tuple[str, str]] = {
+    ("running", "stop_requested"),
+    ("stop_requested", "stopped"),
+    ("stop_requested", "completed"),
+    ("stop_requested", "failed"),
+    ("failed", "stopped"),
+}
 # A quarantined job of a group or a target re-queued (retry-failed, target resume).
-REQUEUE_EDGES: set[tuple[str, str]] = {("quarantined", "pending")}
+REQUEUE_EDGES: set[tuple[str, str]] = {("quarantined", "pending"), ("stopped", "pending")}
 EVENT_STATUS = {
     "job:created": "pending",
     "job:assigned": "assigned",
@@ -183,14 +193,16 @@ EVENT_STATUS = {
     "job:pending": "pending",
     "job:quarantined": "quarantined",
     "job:cancelled": "failed",
+    "job:stop_requested": "stop_requested",
+    "job:stopped": "stopped",
 }
 
 
 def is_terminal(job: dict[str, Any]) -> bool:
-    """completed, quarantined, or failed by a cancel."""
+    """completed, quarantined, stopped, or failed by a cancel or a deadline."""
     status = job["status"]
-    return status in ("completed", "quarantined") or (
-        status == "failed" and job.get("fail_reason") == "cancelled"
+    return status in ("completed", "quarantined", "stopped") or (
+        status == "failed" and job.get("fail_reason") in ("cancelled", "deadline_exceeded")
     )
 
 
@@ -205,7 +217,9 @@ def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> lis
     if steps[0][1] != "pending":
         problems.append(f"{job_id}: starts at {steps[0][1]}")
     for (_, a, _), (_, b, reason) in itertools.pairwise(steps):
-        if (a, b) in EDGES:
+        if (a, b) in EDGES or (a, b) in STOP_EDGES:
+            continue
+        if (a, b) in DEADLINE_EDGES and reason == "deadline_exceeded":
             continue
         if (a, b) in CANCEL_EDGES and reason == "cancelled":
             continue
@@ -382,7 +396,8 @@ def check_events(
 
 # -- scheduling: C S P L ------------------------------------------------------------------
 
-ACTIVE = ("assigned", "running")
+# A stop asked of a running job leaves its solver running until the worker kills it.
+ACTIVE = ("assigned", "running", "stop_requested")
 Span = tuple[int, float]
 
 
@@ -421,7 +436,9 @@ def lease_spans(job: dict[str, Any]) -> list[Span]:
                 start = step["ts"]
             continue
         retried = i + 1 < len(steps) and steps[i + 1]["status"] == "pending"
-        if status in ("completed", "quarantined") or (status == "failed" and not retried):
+        if status in ("completed", "quarantined", "stopped") or (
+            status == "failed" and not retried
+        ):
             spans.append((start, step["ts"]))
             start = None
     if start is not None:

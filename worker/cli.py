@@ -302,6 +302,16 @@ def list_jobs(
 
 
 @command(cls=_Command)
+def stop(job_id: JobIdArg) -> None:
+    """Stop a job: a running one is stopped (its solver killed), a pending or assigned
+    one cancelled. Prints the job's status after the request."""
+    with _hub() as hub:
+        job = hub.stop(job_id)
+    typer.echo(f"{job_id} {status_label(job)}")
+    _exit(0)
+
+
+@command(cls=_Command)
 def cancel(job_id: JobIdArg) -> None:
     """Cancel a pending or assigned job."""
     with _hub() as hub:

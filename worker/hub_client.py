@@ -157,6 +157,11 @@ class HubClient:
         """DELETE /api/jobs/{id}."""
         self.call("DELETE", f"/api/jobs/{job_id}")
 
+    def stop(self, job_id: str) -> dict[str, Any]:
+        """POST /api/jobs/{id}/stop: the job as the stop left it."""
+        job: dict[str, Any] = self.call("POST", f"/api/jobs/{job_id}/stop").json()
+        return job
+
     # -- scheduling: groups, pools, serial targets ------------------------------------
 
     def groups(self) -> list[dict[str, Any]]:

@@ -51,6 +51,7 @@ class SolverSettings(SolverUrlSettings):
     log_tail_bytes: int = 16 * 1024
     # Address-space limit (RLIMIT_AS) of each solver process; 0 means none.
     max_memory_mb: int = Field(default=4096, ge=0)
+    stop_grace_s: float = Field(default=10.0, ge=0, le=3600, validation_alias="STOP_GRACE_S")
 
     @field_validator("cache_dir")
     @classmethod
@@ -69,6 +70,7 @@ class SolverSettings(SolverUrlSettings):
             max_output_bytes=self.max_output_bytes,
             log_tail_bytes=self.log_tail_bytes,
             max_memory_bytes=self.max_memory_bytes,
+            stop_grace_s=self.stop_grace_s,
         )
 
     def source(self, registered: dict[str, str | list[str]]) -> SolverSource:

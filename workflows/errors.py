@@ -39,6 +39,10 @@ class ErrorType(StrEnum):
     AGENT_FAILURE = "agent_failure"
     # An HTTP agent's own error (not one of the solver failures above).
     AGENT_ERROR = "agent_error"
+    # A running job an operator stopped (status `stopped`).
+    STOPPED = "stopped"
+    # Stop of a job that has ended otherwise.
+    NOT_STOPPABLE = "not_stoppable"
     # A job still not assigned at its deadline_at.
     DEADLINE_EXCEEDED = "deadline_exceeded"
     # Re-queue refused: the job is not quarantined, or not held for a re-queue.

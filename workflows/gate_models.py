@@ -46,7 +46,9 @@ class GateRequest(BaseModel):
     ready: bool = False
 
 
-ReleaseOutcome = Literal["completed", "failed", "quarantined", "cancelled", "recalled", "kept"]
+ReleaseOutcome = Literal[
+    "completed", "failed", "quarantined", "stopped", "cancelled", "recalled", "kept"
+]
 
 
 class GateRelease(BaseModel):

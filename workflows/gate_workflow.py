@@ -149,7 +149,7 @@ class GateWorkflow:
         if (
             self._kind == GateKind.TARGET
             and holder is not None
-            and release.outcome in ("quarantined", "failed")
+            and release.outcome in ("quarantined", "failed", "stopped")
         ):
             self._settings.halted = True
             self._settings.halted_by = job_id

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate_models import (
         GateGrant,
         GateInput,
+        GateKind,
         GateRef,
         GateRelease,
         GateRequest,
@@ -54,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ACQUIRE_SIGNAL,
         BRIDGE_IDENTITY_PREFIX,
         CANCEL_UPDATE,
+        CLAIM_UPDATE,
         EVENTS_MEMO,
         GATE_WORKFLOW,
         GRANT_SIGNAL,
@@ -65,12 +67,22 @@ with workflow.unsafe.imports_passed_through():
         REPORT_SIGNAL,
         REQUEUE_UPDATE,
         RUN_JOB_ACTIVITY,
+        STOP_UPDATE,
         attempt_activity_id,
     )
 
 # The worker enforces max_runtime_ms from the solver's start; the server-side timeout
 # is the backstop for a worker that cannot (it also covers the solver download).
 ATTEMPT_TIMEOUT_SLACK = timedelta(minutes=10)
+
+# A stop of these is answered (a repeated stop changes nothing).
+STOPPABLE = (
+    JobStatus.PENDING,
+    JobStatus.ASSIGNED,
+    JobStatus.RUNNING,
+    JobStatus.STOP_REQUESTED,
+    JobStatus.STOPPED,
+)
 
 # Patch: jobs with a group, pool, target, start time or deadline take the scheduled
 # path (gates, clocks); a job with none of them never reaches this marker.
@@ -103,6 +115,8 @@ class JobWorkflow:
         self._held = False
         self._requeued = False
         self._gate_defaults = inp.gate_defaults
+        self._stopping = False
+        self._cancel_requested = False
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
@@ -120,10 +134,14 @@ class JobWorkflow:
                 if self._cancelled:
                     break
                 if is_cancelled_exception(err):
-                    # A workflow cancel request (Temporal UI, CLI): an operator's cancel.
-                    self._mark_cancelled()
+                    # A workflow cancel request: the API's, after a stop; or an
+                    # operator's cancel (Temporal UI, CLI).
+                    self._mark_ended_by_cancel()
                     self._publish()
                     raise
+                if self._stopping:
+                    self._stop_after_failure(err)
+                    break
                 try:
                     self._fail_attempt(attempt, err)
                 finally:
@@ -143,9 +161,12 @@ class JobWorkflow:
         self, inp: JobInput, priority: Priority, schedule_to_start: timedelta | None = None
     ) -> workflow.ActivityHandle[AttemptResult]:
         job = self._job
+        attempt_input = job.attempt_input()
+        if job.group is not None:
+            attempt_input.claim_first = True
         return workflow.start_activity(
             RUN_JOB_ACTIVITY,
-            job.attempt_input(),
+            attempt_input,
             result_type=AttemptResult,
             task_queue=inp.activity_task_queue,
             activity_id=attempt_activity_id(job.attempt),
@@ -191,10 +212,23 @@ class JobWorkflow:
                 if self._recalled_attempt == attempt:
                     continue  # a pause took the lease back before a worker claimed it
                 if is_cancelled_exception(err):
-                    self._mark_cancelled()
+                    stopped = self._stopping
+                    self._mark_ended_by_cancel()
                     self._publish()
-                    await self._release(gates, "cancelled")
+                    # Re-queueable from now on, while its leases go back.
+                    self._held = stopped and inp.requeue_hold_ms > 0
+                    await self._release(gates, "stopped" if stopped else "cancelled")
+                    # A stopped job of a group or target can be re-queued (target resume).
+                    # Temporal keeps one cancel request per execution: a later stop of
+                    # the re-run cancels its attempt itself.
+                    self._cancel_requested = True
+                    if stopped and await self._held_for_requeue(inp):
+                        continue
                     raise
+                if self._stopping:
+                    self._stop_after_failure(err)
+                    await self._release(gates, "stopped")
+                    break
                 if _not_started_in_time(err):
                     self._deadline_hit = True
                     break
@@ -202,11 +236,13 @@ class JobWorkflow:
                     self._fail_attempt(attempt, err)
                 except ApplicationError:
                     self._publish()
+                    self._held = inp.requeue_hold_ms > 0
                     await self._release(gates, "quarantined")
                     if await self._held_for_requeue(inp):
                         continue
                     raise
                 self._publish()
+                await self._requeue_at_group(gates)
                 continue
             finally:
                 self._handle = None
@@ -243,6 +279,16 @@ class JobWorkflow:
                 return False
             if self._cancelled:
                 return False
+
+    async def _requeue_at_group(self, gates: list[GateRef]) -> None:
+        """A retry passes its group again (a pause since the last attempt holds it): the
+        group lease goes back, and the gate queues the job in its old place. Target and
+        pool leases are kept across retries."""
+        release = GateRelease(job_id=self._job.id, outcome="recalled")
+        for gate in gates:
+            if gate.kind == GateKind.GROUP and gate.workflow_id in self._leases:
+                self._leases.discard(gate.workflow_id)
+                await self._signal_gate(gate, RELEASE_SIGNAL, release, start=False)
 
     def _holds_or_cancelled(self, gate: GateRef) -> bool:
         return gate.workflow_id in self._leases or self._cancelled
@@ -375,6 +421,7 @@ class JobWorkflow:
         job = self._job
         self._requeued = True
         self._attempts_base = job.attempts
+        self._stopping = False
         job.completed_at = None
         job.worker_id = None
         job.claimed_at = None
@@ -416,15 +463,63 @@ class JobWorkflow:
             self._transition(JobStatus.RUNNING)
         self._publish()
 
+    @workflow.update(name=CLAIM_UPDATE)
+    def claim_attempt(self, report: AttemptReport) -> bool:
+        """A worker asks before it starts the attempt's solver: True, and the job is
+        assigned to it; False if the attempt is no longer wanted (a pause recalled it,
+        or the job was cancelled). Ordered with the recall, so never both."""
+        if (
+            report.attempt != self._attempt
+            or report.attempt == self._recalled_attempt
+            or self._cancelled
+            or self._handle is None
+        ):
+            return False
+        if self._job.status == JobStatus.PENDING:
+            self._claim(report.attempt, report.worker_id, report.claimed_at)
+            self._publish()
+        return True
+
     @workflow.update(name=CANCEL_UPDATE)
     def cancel(self) -> Job:
         """Cancel a pending or assigned job: failed with fail_reason `cancelled`."""
+        return self._cancel_now()
+
+    def _cancel_now(self) -> Job:
         if not self._cancelled:
             self._mark_cancelled()
             self._publish()
             if self._handle is not None:
                 self._handle.cancel()
         return self._job
+
+    @workflow.update(name=STOP_UPDATE)
+    def stop(self) -> Job:
+        """Stop a job: a pending or assigned one is cancelled; a running one becomes
+        `stop_requested`, and `stopped` once the API's workflow cancel request has
+        cancelled its attempt (the worker kills the solver: SIGTERM, then SIGKILL)."""
+        job = self._job
+        if job.status in (JobStatus.PENDING, JobStatus.ASSIGNED) and not self._cancelled:
+            return self._cancel_now()
+        if job.status == JobStatus.RUNNING:
+            self._stopping = True
+            self._transition(JobStatus.STOP_REQUESTED)
+            self._publish()
+            if self._cancel_requested and self._handle is not None:
+                self._handle.cancel()
+        return job
+
+    @stop.validator
+    def _validate_stop(self) -> None:
+        status = self._job.status
+        if self._cancelled or status in STOPPABLE:
+            return
+        raise ApplicationError(
+            f"job is {status.value}; it has ended and cannot be stopped",
+            status.value,
+            type=ErrorType.NOT_STOPPABLE,
+            non_retryable=True,
+        )
 
     @cancel.validator
     def _validate_cancel(self) -> None:
@@ -501,6 +596,30 @@ class JobWorkflow:
         job.claimed_at = None
         job.heartbeat_at = None
         self._transition(JobStatus.PENDING)
+
+    def _mark_ended_by_cancel(self) -> None:
+        if self._stopping:
+            self._mark_stopped()
+        else:
+            self._mark_cancelled()
+
+    def _mark_stopped(self, reason: str = ErrorType.STOPPED.value) -> None:
+        job = self._job
+        self._stopping = False
+        job.fail_reason = reason
+        job.completed_at = _now_ms()
+        self._transition(JobStatus.STOPPED, reason=reason)
+
+    def _stop_after_failure(self, err: ActivityError) -> None:
+        """The attempt failed on its own after a stop was asked: the failure is recorded
+        and the job ends stopped (no retry)."""
+        reason, _ = _classify(err)
+        self._job.fail_history.append(
+            FailRecord(reason=reason, worker_id=self._job.worker_id, ts=_now_ms())
+        )
+        self._transition(JobStatus.FAILED, reason=reason)
+        self._mark_stopped()
+        self._publish()
 
     def _mark_cancelled(self) -> None:
         job = self._job

@@ -125,6 +125,9 @@ class JobStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     QUARANTINED = "quarantined"
+    # Job control (docs/api.md): a running job asked to stop, and one that did.
+    STOP_REQUESTED = "stop_requested"
+    STOPPED = "stopped"
 
 
 def _json_depth(value: Any, depth: int = 1) -> int:
@@ -380,6 +383,9 @@ class AttemptInput(RunSpec):
 
     job_id: str
     attempt: int
+    # Claim with the `claim_attempt` update before starting the solver (a grouped job:
+    # a pause may recall an attempt no worker has claimed).
+    claim_first: bool = False
 
 
 _RUN_FIELDS = set(RunSpec.model_fields)

@@ -13,6 +13,9 @@ JOB_WORKFLOW = "JobWorkflow"
 RUN_JOB_ACTIVITY = "run_job"
 REPORT_SIGNAL = "attempt_report"
 CANCEL_UPDATE = "cancel"
+STOP_UPDATE = "stop"
+# A worker about to run a grouped job's attempt asks first (a pause may recall it).
+CLAIM_UPDATE = "claim_attempt"
 JOB_QUERY = "job"
 EVENTS_MEMO = "events"
 

@@ -114,6 +114,20 @@ async def get_job(job_id: JobId, jobs: JobsDep, gates: GatesDep) -> Job:
     return await gates.explain(await jobs.live(await jobs.get(job_id)))
 
 
+@router.post(
+    "/{job_id:job_id}/stop",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=Job,
+    responses={409: {"description": "The job has ended otherwise; body has its status"}},
+)
+async def stop_job(job_id: JobId, jobs: JobsDep) -> Job:
+    """Stop a job. Pending or assigned: cancelled (failed, fail_reason cancelled).
+    Running: `stop_requested`, then `stopped` once its worker has been told (within a
+    heartbeat interval; SIGTERM, then SIGKILL after STOP_GRACE_S). A repeated stop is a
+    202 and changes nothing."""
+    return await jobs.stop(job_id)
+
+
 @router.delete(
     "/{job_id:job_id}",
     status_code=status.HTTP_204_NO_CONTENT,

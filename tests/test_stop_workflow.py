@@ -1,0 +1,136 @@
+"""Stop, in process: JobWorkflow's stop update and the edges it adds
+(running → stop_requested → stopped, stop_requested → completed), with the stand-in
+attempt activity (tests/workflow_harness.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+
+from engine.gates import Gates
+from tests.conftest import wait_until_async
+from tests.workflow_harness import Harness, running_harness, statuses
+from worker.devserver import DevServer
+from workflows.errors import ErrorType
+from workflows.gate_models import GateKind, GateSettings
+from workflows.job_workflow import JobWorkflow
+from workflows.models import JobSpec, JobStatus
+
+
+@pytest.fixture(scope="module")
+async def client(temporal: DevServer) -> Client:
+    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+
+
+@pytest.fixture
+async def harness(client: Client) -> AsyncIterator[Harness]:
+    async with running_harness(client) as harness:
+        yield harness
+
+
+async def test_a_running_job_stops_and_its_attempt_is_cancelled(harness: Harness) -> None:
+    harness.stand_in.default = harness.stand_in.hold(asyncio.Event())
+    handle = await harness.submit()
+    await harness.wait_status(handle, JobStatus.RUNNING)
+
+    job = await handle.execute_update(JobWorkflow.stop)
+    assert job.status == JobStatus.STOP_REQUESTED
+    again = await handle.execute_update(JobWorkflow.stop)  # a repeated stop changes nothing
+    assert statuses(again) == statuses(job)
+    await handle.cancel()  # what the API sends after the update
+
+    assert await harness.closed(handle) == WorkflowExecutionStatus.CANCELED
+    job = await harness.job(handle)
+    assert statuses(job)[-3:] == ["running", "stop_requested", "stopped"]
+    assert (job.status, job.fail_reason) == (JobStatus.STOPPED, ErrorType.STOPPED)
+
+    async def cancelled_at_the_worker() -> bool:
+        return harness.stand_in.cancelled == [1]
+
+    await wait_until_async(cancelled_at_the_worker, timeout=10, what="the attempt cancelled")
+
+
+async def test_a_result_that_comes_before_the_stop_lands_stands(harness: Harness) -> None:
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    handle = await harness.submit()
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    await handle.execute_update(JobWorkflow.stop)
+    release.set()  # the solver finishes before the API's cancel request
+    job = await harness.wait_status(handle, JobStatus.COMPLETED)
+    assert statuses(job)[-3:] == ["running", "stop_requested", "completed"]
+    assert job.result == {"answer": 42}
+
+
+async def test_stopping_a_pending_job_cancels_it(harness: Harness) -> None:
+    handle = await harness.submit(activity_task_queue="nobody-polls-this")
+    job = await handle.execute_update(JobWorkflow.stop)
+    assert job.cancelled
+    await handle.cancel()
+    assert await harness.closed(handle) == WorkflowExecutionStatus.CANCELED
+
+
+async def test_a_quarantined_job_cannot_be_stopped(harness: Harness) -> None:
+    harness.stand_in.default = harness.stand_in.fail("solver_exit", "boom")
+    handle = await harness.submit(
+        spec=JobSpec(type="in-process", group="g", max_attempts=1), requeue_hold_ms=600_000
+    )
+    await harness.wait_status(handle, JobStatus.QUARANTINED)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(JobWorkflow.stop)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_STOPPABLE
+
+
+async def test_a_stopped_target_job_halts_its_target_and_a_retry_runs_it_again(
+    harness: Harness,
+) -> None:
+    gates = Gates(harness.client, harness.task_queue, GateSettings())
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    spec = JobSpec(type="in-process", target="t")
+    handle = await harness.submit(spec=spec, gates=gates, requeue_hold_ms=600_000)
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    await handle.execute_update(JobWorkflow.stop)
+    await handle.cancel()
+    await harness.wait_status(handle, JobStatus.STOPPED)
+
+    async def halted() -> bool:
+        view = await gates.view(GateKind.TARGET, "t")
+        return view is not None and view.settings.halted_by == handle.id
+
+    await wait_until_async(halted, timeout=10, what="the target halted by the stop")
+    release.set()
+    await handle.execute_update(JobWorkflow.requeue)
+    job = await harness.wait_status(handle, JobStatus.COMPLETED)
+    assert "stopped" in statuses(job)
+    assert await harness.closed(handle) == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_a_requeued_stopped_job_can_be_stopped_again(harness: Harness) -> None:
+    gates = Gates(harness.client, harness.task_queue, GateSettings())
+    harness.stand_in.default = harness.stand_in.hold(asyncio.Event())
+    spec = JobSpec(type="in-process", target="t")
+    handle = await harness.submit(spec=spec, gates=gates, requeue_hold_ms=600_000)
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    await handle.execute_update(JobWorkflow.stop)
+    await handle.cancel()
+    await harness.wait_status(handle, JobStatus.STOPPED)
+    await handle.execute_update(JobWorkflow.requeue)
+    await harness.wait_for(
+        handle, lambda j: j.status == JobStatus.RUNNING and j.attempt == 2, "the re-run"
+    )
+    # Temporal took the first cancel request already: the stop cancels the attempt itself.
+    await handle.execute_update(JobWorkflow.stop)
+    job = await harness.wait_status(handle, JobStatus.STOPPED)
+    assert statuses(job).count("stopped") == 2
+
+    async def both_cancelled() -> bool:
+        return harness.stand_in.cancelled == [1, 2]
+
+    await wait_until_async(both_cancelled, timeout=10, what="both attempts cancelled")
