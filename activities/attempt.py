@@ -80,6 +80,8 @@ class JobActivities:
     def __init__(self, client: Client, config: RunnerConfig) -> None:
         self._client = client
         self._config = config
+        # Attempts running now (past the slot wait); the host telemetry reports it.
+        self.running = 0
 
     @activity.defn(name=RUN_JOB_ACTIVITY)
     async def run_job(self, inp: AttemptInput) -> AttemptResult:
@@ -94,10 +96,10 @@ class JobActivities:
         try:
             slots = self._config.slots
             if slots is None:
-                return await attempt.run(waited=False)
+                return await self._counted(attempt, waited=False)
             waited = slots.locked()
             async with slots:
-                return await attempt.run(waited=waited)
+                return await self._counted(attempt, waited=waited)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
                 raise ApplicationError(
@@ -106,6 +108,13 @@ class JobActivities:
             raise
         finally:
             beat.cancel()
+
+    async def _counted(self, attempt: Attempt, *, waited: bool) -> AttemptResult:
+        self.running += 1
+        try:
+            return await attempt.run(waited=waited)
+        finally:
+            self.running -= 1
 
 
 class Attempt:

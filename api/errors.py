@@ -26,6 +26,7 @@ from workflows.errors import (
     TemporalUnavailable,
     Unauthorized,
 )
+from workflows.host_models import WorkerNotFound
 
 log = logging.getLogger("jobforge.api")
 
@@ -43,6 +44,7 @@ STATUS: dict[type[JobforgeError], int] = {
     JobNotFound: 404,
     PoolFull: 429,
     GroupNotFound: 404,
+    WorkerNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,
     TemporalUnavailable: 503,

@@ -6,14 +6,17 @@ import time
 from collections import Counter
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
-from engine.directory import register_worker, worker_seen
+from engine.directory import register_worker, worker_seen, worker_telemetry
 from workflows import search_attributes
-from workflows.models import JobStatus, WorkerInfo, WorkerRecord
+from workflows.host_models import HostInfo, WorkerNotFound
+from workflows.models import JobStatus, WorkerInfo
 from workflows.names import RECORD_MEMO, WORKER_RECORD_WORKFLOW
 from workflows.search_attributes import JOBS
+from workflows.worker_record import WorkerState
 
 # A worker is told "seen" at most this often per API process (each is a history event).
 SEEN_EVERY_S = 15.0
@@ -21,12 +24,14 @@ LIST_MAX = 1000
 
 
 class WorkerView(WorkerInfo):
-    """A worker as `GET /api/workers` shows it: its registration, and its liveness."""
+    """A worker as `GET /api/workers` shows it: its registration, its liveness, and the
+    host telemetry of its latest heartbeat (null until it sends one)."""
 
     registered_at: int
     last_heartbeat: int | None
     alive: bool
     active_jobs: int
+    info: HostInfo | None = None
 
 
 class WorkerDirectory:
@@ -54,6 +59,19 @@ class WorkerDirectory:
         except Exception:  # an unregistered claimer has no record; that is fine
             return
 
+    async def heartbeat(self, worker_id: str, info: HostInfo) -> None:
+        """A registered worker's heartbeat with its host telemetry: one signal, stamped
+        with this API's clock (as `seen` is). No record, or a closed one: WorkerNotFound,
+        so the worker registers again."""
+        try:
+            await worker_telemetry(self._client, worker_id, now_ms(), info)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise WorkerNotFound(worker_id) from None
+            raise
+        # It counts as seen: a claim right after it need not tell the record again.
+        self._last_seen[worker_id] = time.monotonic()
+
     async def list(self) -> list[WorkerView]:
         """Every registered worker with liveness and the jobs it holds now."""
         held: Counter[str] = Counter()
@@ -74,7 +92,7 @@ class WorkerDirectory:
             memo = await execution.memo()
             if RECORD_MEMO not in memo:
                 continue
-            record = WorkerRecord.model_validate(memo[RECORD_MEMO])
+            record = WorkerState.model_validate(memo[RECORD_MEMO])
             last = record.last_heartbeat
             views.append(
                 WorkerView(
@@ -83,6 +101,7 @@ class WorkerDirectory:
                     last_heartbeat=last,
                     alive=last is not None and now - last <= self._alive_after_ms,
                     active_jobs=held.get(record.info.worker_id, 0),
+                    info=record.telemetry,
                 )
             )
         views.sort(key=lambda v: v.worker_id)

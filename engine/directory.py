@@ -11,7 +11,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
-from workflows.models import WorkerInfo, WorkerRecord
+from workflows.host_models import HostInfo, TelemetryReport
+from workflows.models import WorkerInfo
 from workflows.names import (
     ADD_TYPE_SIGNAL,
     REGISTER_SIGNAL,
@@ -20,7 +21,7 @@ from workflows.names import (
     worker_workflow_id,
 )
 from workflows.type_registry import JobTypeRegistry
-from workflows.worker_record import WorkerRecordWorkflow
+from workflows.worker_record import WorkerRecordWorkflow, WorkerState
 
 
 async def known_job_types(client: Client, task_queue: str) -> list[str]:
@@ -56,7 +57,7 @@ async def register_worker(client: Client, temporal: TemporalSettings, info: Work
     now = now_ms()
     await client.start_workflow(
         WorkerRecordWorkflow.run,
-        WorkerRecord(info=info, registered_at=now, last_heartbeat=now),
+        WorkerState(info=info, registered_at=now, last_heartbeat=now),
         id=worker_workflow_id(info.worker_id),
         task_queue=temporal.task_queue,
         start_signal=REGISTER_SIGNAL,
@@ -69,4 +70,12 @@ async def worker_seen(client: Client, worker_id: str, ts: int) -> None:
     """Tell a worker's record it was heard from at `ts`."""
     await client.get_workflow_handle(worker_workflow_id(worker_id)).signal(
         WorkerRecordWorkflow.seen, ts
+    )
+
+
+async def worker_telemetry(client: Client, worker_id: str, ts: int, info: HostInfo) -> None:
+    """A heartbeat with host telemetry: the record notes it was heard from at `ts` and
+    keeps `info`. Raises RPCError NOT_FOUND for a worker that has no (running) record."""
+    await client.get_workflow_handle(worker_workflow_id(worker_id)).signal(
+        WorkerRecordWorkflow.telemetry, TelemetryReport(ts=ts, info=info)
     )

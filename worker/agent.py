@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.exceptions import ApplicationError
 
 from activities import solver
+from worker.host_telemetry import HostSampler
 from worker.hub_client import HubSettings
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.errors import ErrorType, Failure
@@ -28,6 +29,9 @@ from workflows.models import AttemptResult, ClaimedJob, Progress
 log = logging.getLogger("jobforge.agent")
 
 HEARTBEAT_EVERY_S = 10.0
+# The registry heartbeat with host telemetry (POST /api/workers/{id}/heartbeat), as often
+# as a native worker's (each is an event in the worker's record).
+PRESENCE_EVERY_S = 15.0
 MAX_BACKOFF_S = 30.0
 
 
@@ -92,32 +96,61 @@ class Agent:
         self._limits = solvers.limits
         self._source = solvers.source(settings.worker.solvers)
         self._hub = Hub(settings)
+        self._running = 0
+        self._host = HostSampler(solvers.cache_dir, lambda: self._running)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Register, then claim and run jobs until `stop`."""
+        """Register, then claim and run jobs until `stop`, heartbeating the registry."""
         s = self._worker
+        presence: asyncio.Task[None] | None = None
         try:
-            response = await self._hub.call(
-                "POST",
-                "/api/workers/register",
-                stop,
-                json={
-                    "worker_id": s.node_id,
-                    "name": self._settings.node_name or s.node_id,
-                    "cores": s.cores,
-                    "ram_gb": s.ram_gb,
-                    "tags": s.tags,
-                },
-            )
-            if response.status_code != 204:
-                raise SystemExit(f"registration refused: {response.status_code} {response.text}")
+            await self._register(stop)
             if not s.enabled:
                 log.info("WORKER_ENABLED=false: registered, not running jobs")
                 return
+            presence = asyncio.create_task(self._presence(stop))
             log.info("agent %s ready: cores=%d types=%s", s.node_id, s.cores, s.types or "<all>")
             await asyncio.gather(*(self._loop(stop) for _ in range(s.cores)))
         finally:
+            if presence is not None:
+                presence.cancel()
             await self._hub.close()
+
+    async def _register(self, stop: asyncio.Event) -> None:
+        s = self._worker
+        response = await self._hub.call(
+            "POST",
+            "/api/workers/register",
+            stop,
+            json={
+                "worker_id": s.node_id,
+                "name": self._settings.node_name or s.node_id,
+                "cores": s.cores,
+                "ram_gb": s.ram_gb,
+                "tags": s.tags,
+            },
+        )
+        if response.status_code != 204:
+            raise SystemExit(f"registration refused: {response.status_code} {response.text}")
+
+    async def _presence(self, stop: asyncio.Event) -> None:
+        """The registry heartbeat with host telemetry: at once, then every 15 s. A 404
+        means the hub lost this worker's record: register again (the next beat brings
+        the telemetry)."""
+        path = f"/api/workers/{self._worker.node_id}/heartbeat"
+        while not stop.is_set():
+            body = {"info": self._host.sample().model_dump(mode="json")}
+            response = await self._hub.call("POST", path, stop, json=body)
+            if response.status_code == 404:
+                log.warning("the hub does not know this worker; registering again")
+                await self._register(stop)
+                continue
+            if response.status_code != 204:
+                log.warning(
+                    "registry heartbeat refused: %s %s", response.status_code, response.text
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), PRESENCE_EVERY_S)
 
     async def _loop(self, stop: asyncio.Event) -> None:
         s = self._settings
@@ -145,6 +178,13 @@ class Agent:
                 await asyncio.sleep(min(s.poll_interval_ms / 1000, MAX_BACKOFF_S) or 1)
 
     async def _run_job(self, job: ClaimedJob, stop: asyncio.Event) -> None:
+        self._running += 1
+        try:
+            await self._run_claimed(job, stop)
+        finally:
+            self._running -= 1
+
+    async def _run_claimed(self, job: ClaimedJob, stop: asyncio.Event) -> None:
         lost = asyncio.Event()  # cancelled, or no longer ours (409 on heartbeat)
         beats: asyncio.Task[None] | None = None
         every_s = min(HEARTBEAT_EVERY_S, job.heartbeat_timeout_ms / 3000)

@@ -9,14 +9,16 @@ import signal
 from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.attempt import JobActivities, RunnerConfig
 from engine.clock import now_ms
 from engine.connection import TemporalSettings, connect, metrics_runtime
-from engine.directory import known_job_types, register_worker, worker_seen
+from engine.directory import known_job_types, register_worker, worker_telemetry
 from engine.tracing import start_tracing
+from worker.host_telemetry import HostSampler
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
@@ -49,7 +51,8 @@ def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
     )
 
 
-# How often a worker tells its record it is alive (each is a history event).
+# How often a worker tells its record it is alive, with its host telemetry (each is a
+# history event).
 SEEN_EVERY_S = 15.0
 
 
@@ -73,6 +76,7 @@ class NativeWorker:
             slots=asyncio.Semaphore(settings.cores),
         )
         self._activities = JobActivities(client, config)
+        self._host = HostSampler(solver.cache_dir, lambda: self._activities.running)
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._workers: dict[str, Worker] = {}
 
@@ -134,7 +138,8 @@ class NativeWorker:
                 raise task.exception()  # type: ignore[misc]
 
     async def _announce(self, stop: asyncio.Event) -> None:
-        """Register this worker, then tell its record it is alive every so often."""
+        """Register this worker, then heartbeat its record with the host's telemetry
+        every so often (the first at once, so the fleet shows it from the start)."""
         settings = self._settings
         info = WorkerInfo(
             worker_id=settings.node_id,
@@ -150,8 +155,13 @@ class NativeWorker:
                 if not registered:
                     await register_worker(self._client, self._temporal, info)
                     registered = True
-                else:
-                    await worker_seen(self._client, settings.node_id, now_ms())
+                await worker_telemetry(
+                    self._client, settings.node_id, now_ms(), self._host.sample()
+                )
+            except RPCError as err:
+                # The record ended (terminated, say): register again next time round.
+                registered = registered and err.status != RPCStatusCode.NOT_FOUND
+                log.warning("could not update this worker's record: %s", err.message)
             except Exception:  # presence is best effort; jobs do not depend on it
                 log.warning("could not update this worker's record", exc_info=True)
             with contextlib.suppress(TimeoutError):

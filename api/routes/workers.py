@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response, status
 
 from api.deps import Authorized, WorkersDep
 from api.worker_directory import WorkerView
-from workflows.models import WorkerInfo
+from workflows.host_models import WorkerHeartbeat
+from workflows.models import WORKER_ID_PATTERN, WorkerInfo
 
 router = APIRouter(prefix="/api", tags=["workers"], dependencies=[Authorized])
+
+WorkerId = Annotated[str, Path(pattern=WORKER_ID_PATTERN, description="A registered worker")]
 
 
 @router.post("/workers/register", status_code=status.HTTP_204_NO_CONTENT)
 async def register_worker(info: WorkerInfo, workers: WorkersDep) -> Response:
     """Register or update a worker's capabilities (durable)."""
     await workers.register(info)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/workers/{worker_id}/heartbeat",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={404: {"description": "Not registered (or its record ended): register again"}},
+)
+async def worker_heartbeat(
+    worker_id: WorkerId, beat: WorkerHeartbeat, workers: WorkersDep
+) -> Response:
+    """A registered worker's heartbeat with its host telemetry (`info`); it also counts
+    as seen. One every 15 s is plenty: each is an event in the worker's record."""
+    await workers.heartbeat(worker_id, beat.info)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

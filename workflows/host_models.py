@@ -1,0 +1,71 @@
+"""Host telemetry a worker sends with its registry heartbeat, and the heartbeat's
+shapes: the agent's request body and the WorkerRecord signal input.
+
+Stdlib and pydantic only, like workflows/models.py (the sandbox, the API and the
+workers import it). The telemetry signal's name and the unknown-worker error live here
+with the models they belong to.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workflows.errors import JobforgeError
+
+# WorkerRecord's signal for a heartbeat with telemetry (REGISTER_SIGNAL and SEEN_SIGNAL
+# are in workflows/names.py); it also counts as seen.
+TELEMETRY_SIGNAL = "telemetry"
+
+# Strict numbers, as in WorkerInfo: a JSON `"4"` or `true` is a mistake, not a count.
+Bytes = Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)]
+Load = Annotated[float, Field(strict=True, ge=0, le=1e9, allow_inf_nan=False)]
+
+
+class HostInfo(BaseModel):
+    """One sample of a worker's host. A field the host cannot tell (no /proc, say) is
+    null; a worker that cannot read any still sends its version and running jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_percent: Annotated[float | None, Field(strict=True, ge=0, le=100)] = Field(
+        default=None, description="CPU busy over the last interval, all cores, 0-100"
+    )
+    mem_used_bytes: Bytes | None = Field(default=None, description="Total minus available")
+    mem_total_bytes: Bytes | None = None
+    disk_free_bytes: Bytes | None = Field(
+        default=None, description="Free to this user on the solver-cache (or working) dir"
+    )
+    load_avg: tuple[Load, Load, Load] | None = Field(
+        default=None, description="1, 5 and 15 minute load averages"
+    )
+    running_jobs: Annotated[int, Field(strict=True, ge=0, le=1_000_000)] = 0
+    version: Annotated[str | None, Field(max_length=64)] = Field(
+        default=None, description="The jobforge version the worker runs"
+    )
+
+
+class WorkerHeartbeat(BaseModel):
+    """`POST /api/workers/{worker_id}/heartbeat`: an agent's registry heartbeat."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    info: HostInfo
+
+
+class TelemetryReport(BaseModel):
+    """The telemetry signal's input: a heartbeat at `ts` (ms) with the host's sample."""
+
+    ts: int
+    info: HostInfo
+
+
+class WorkerNotFound(JobforgeError):  # noqa: N818 - the domain's own words
+    """A heartbeat from a worker with no running record: it must register (again)."""
+
+    def __init__(self, worker_id: str) -> None:
+        super().__init__(
+            f"worker {worker_id} is not registered; POST /api/workers/register first",
+            worker_id=worker_id,
+        )
