@@ -10,10 +10,12 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.api.common.v1 import WorkflowExecution as ProtoExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -70,6 +72,8 @@ from workflows.search_attributes import job_filter
 log = logging.getLogger("jobforge.api")
 
 QUERY_TIMEOUT = timedelta(seconds=10)
+# Jobs one cleanup call deletes at most (call again for more).
+CLEANUP_MAX = 1000
 # The largest page of full jobs (each is one read); a larger `limit` is cut to this.
 LIST_LIMIT_MAX = 500
 # Closed jobs kept in memory once read (a closed run never changes): at most this many.
@@ -346,6 +350,70 @@ class JobService:
         if job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED) or job.cancelled:
             await handle.cancel()
         return job
+
+    # -- operator overrides --------------------------------------------------------
+
+    async def override(self, job_id: str, update: str, *args: object) -> Job:
+        """Run an operator override (`ops_fail`, `ops_requeue`) on a job; 409 with its
+        status if it has ended (or closed)."""
+        handle = self._handle(job_id)
+        try:
+            job: Job = await handle.execute_update(update, args=list(args), result_type=Job)
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == ErrorType.JOB_ENDED:
+                status = cause.details[0] if cause.details else None
+                raise JobConflict(cause.message, id=job_id, status=status) from err
+            await self.get(job_id)
+            raise TemporalCallFailed(f"{update} failed: {cause or err}", id=job_id) from err
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            job = await self.get(job_id)
+            raise JobConflict(
+                f"job is {job.status.value} and its workflow has closed",
+                id=job_id,
+                status=job.status.value,
+            ) from err
+        return job
+
+    async def cleanup(
+        self, older_than_s: float, statuses: list[JobStatus], job_type: str | None = None
+    ) -> int:
+        """Delete closed jobs that closed more than `older_than_s` ago (of `statuses`,
+        if given): at most CLEANUP_MAX per call; the count deleted."""
+        cutoff = datetime.fromtimestamp(now_ms() / 1000 - older_than_s, UTC)
+        query = (
+            f"{search_attributes.JOBS} AND ExecutionStatus != 'Running' "
+            f"AND CloseTime < '{cutoff.isoformat()}'"
+        )
+        if statuses:
+            listed = ", ".join(f"'{status.value}'" for status in statuses)
+            query += f" AND {search_attributes.STATUS.name} IN ({listed})"
+        if job_type is not None:
+            query += f" AND {search_attributes.TYPE.name} = '{job_type}'"
+        rows = await visibility.recent(self._client, query, offset=0, limit=CLEANUP_MAX)
+        gate = asyncio.Semaphore(LIST_FETCH_CONCURRENCY)
+
+        async def delete(execution: WorkflowExecution) -> bool:
+            request = DeleteWorkflowExecutionRequest(
+                namespace=self._temporal.namespace,
+                workflow_execution=ProtoExecution(
+                    workflow_id=execution.id, run_id=execution.run_id
+                ),
+            )
+            async with gate:
+                try:
+                    await self._client.workflow_service.delete_workflow_execution(request)
+                except RPCError as err:
+                    if err.status == RPCStatusCode.NOT_FOUND:
+                        return False  # deleted meanwhile
+                    raise
+            self._closed.pop((execution.id, execution.run_id), None)
+            return True
+
+        deleted = await asyncio.gather(*(delete(execution) for execution in rows.executions))
+        return sum(deleted)
 
     # -- cancel --------------------------------------------------------------------
 

@@ -22,7 +22,17 @@ from api.gate_service import GateService
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
-from api.routes import agents, dashboard, events, health, jobs, metrics, scheduling, workers
+from api.routes import (
+    agents,
+    dashboard,
+    events,
+    health,
+    jobs,
+    metrics,
+    ops,
+    scheduling,
+    workers,
+)
 from api.settings import ApiSettings
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
@@ -105,7 +115,7 @@ def create_app(
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)
-    for module in (health, metrics, dashboard, events, workers, agents, jobs, scheduling):
+    for module in (health, metrics, dashboard, events, workers, agents, jobs, scheduling, ops):
         app.include_router(module.router)
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.

@@ -76,6 +76,9 @@ def document(app: FastAPI) -> None:
                     add("404", "No such job")
                 if path.startswith("/api/groups/{group}") and method in ("get", "post"):
                     add("404", "No job ever named this group, and no setting was made for it")
+                if path.startswith("/api/ops/jobs/"):
+                    add("404", "No such job")
+                    add("409", "The job has ended (or, for requeue, completed)")
                 if path.startswith("/api/targets/") and method == "post":
                     add("409", "The halting job can no longer be retried")
                 if method in ("post", "delete") and path.startswith("/api/jobs"):

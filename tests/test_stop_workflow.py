@@ -11,10 +11,11 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
-from tests.workflow_harness import Harness, running_harness, statuses
+from tests.workflow_harness import Harness, now_ms, running_harness, statuses
 from worker.devserver import DevServer
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateSettings
@@ -134,3 +135,50 @@ async def test_a_requeued_stopped_job_can_be_stopped_again(harness: Harness) -> 
         return harness.stand_in.cancelled == [1, 2]
 
     await wait_until_async(both_cancelled, timeout=10, what="both attempts cancelled")
+
+
+# -- operator overrides ---------------------------------------------------------------
+
+
+async def test_ops_fail_quarantines_a_running_job_at_once(harness: Harness) -> None:
+    harness.stand_in.default = harness.stand_in.hold(asyncio.Event())
+    handle = await harness.submit()
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    job = await handle.execute_update(JobWorkflow.ops_fail, "bad input data")
+    assert (job.status, job.fail_reason) == (JobStatus.QUARANTINED, "bad input data")
+    assert job.transitions[-1].by == "ops"
+    assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
+
+    async def cancelled_at_the_worker() -> bool:
+        return harness.stand_in.cancelled == [1]
+
+    await wait_until_async(cancelled_at_the_worker, timeout=10, what="the attempt cancelled")
+    with pytest.raises(RPCError):  # closed: no update reaches it
+        await handle.execute_update(JobWorkflow.ops_fail, "again")
+
+
+async def test_ops_fail_quarantines_a_job_waiting_for_its_start(harness: Harness) -> None:
+    spec = JobSpec(type="in-process", earliest_start_at=now_ms() + 600_000)
+    handle = await harness.submit(spec=spec)
+    await harness.wait_for(handle, lambda j: j.waiting_for is not None, "waiting")
+    await handle.execute_update(JobWorkflow.ops_fail, "not wanted")
+    assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
+    assert harness.stand_in.jobs == []
+
+
+async def test_ops_requeue_restarts_a_running_attempt_under_the_same_id(harness: Harness) -> None:
+    release = asyncio.Event()
+    harness.stand_in.script[1] = harness.stand_in.hold(asyncio.Event())
+    harness.stand_in.default = harness.stand_in.hold(release)
+    handle = await harness.submit()
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    await handle.execute_update(JobWorkflow.ops_requeue)
+    await harness.wait_for(
+        handle, lambda j: j.attempt == 2 and j.status == JobStatus.RUNNING, "the new attempt"
+    )
+    release.set()
+    job = await harness.wait_status(handle, JobStatus.COMPLETED)
+    requeued = [t for t in job.transitions if t.reason == "requeued"]
+    assert [(t.status, t.by) for t in requeued] == [(JobStatus.PENDING, "ops")]
+    with pytest.raises(RPCError):  # completed and closed: refused
+        await handle.execute_update(JobWorkflow.ops_requeue)

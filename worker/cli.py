@@ -31,6 +31,7 @@ from worker.cli_common import (
     _print_fields,
     _settings,
 )
+from worker.cli_ops import ops_app
 from worker.cli_scheduling import group_app, pool_app, target_app
 from worker.hub_client import (
     CANCELLED,
@@ -470,6 +471,7 @@ def watch(
 app.add_typer(group_app, name="group")
 app.add_typer(pool_app, name="pool")
 app.add_typer(target_app, name="target")
+app.add_typer(ops_app, name="ops")
 
 
 def main() -> None:

@@ -157,6 +157,16 @@ class HubClient:
         """DELETE /api/jobs/{id}."""
         self.call("DELETE", f"/api/jobs/{job_id}")
 
+    def ops(self, job_id: str, action: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """POST /api/ops/jobs/{id}/{requeue|fail|cancel}: the job after it."""
+        job: dict[str, Any] = self._json("POST", f"/api/ops/jobs/{job_id}/{action}", json=body)
+        return job
+
+    def cleanup(self, body: dict[str, Any]) -> int:
+        """POST /api/ops/cleanup; how many jobs were deleted."""
+        deleted: int = self._json("POST", "/api/ops/cleanup", json=body)["deleted"]
+        return deleted
+
     def stop(self, job_id: str) -> dict[str, Any]:
         """POST /api/jobs/{id}/stop: the job as the stop left it."""
         job: dict[str, Any] = self.call("POST", f"/api/jobs/{job_id}/stop").json()

@@ -41,6 +41,8 @@ class ErrorType(StrEnum):
     AGENT_ERROR = "agent_error"
     # A running job an operator stopped (status `stopped`).
     STOPPED = "stopped"
+    # An operator override refused: the job has ended (or, for requeue, completed).
+    JOB_ENDED = "job_ended"
     # Stop of a job that has ended otherwise.
     NOT_STOPPABLE = "not_stoppable"
     # A job still not assigned at its deadline_at.

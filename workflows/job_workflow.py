@@ -61,6 +61,8 @@ with workflow.unsafe.imports_passed_through():
         GRANT_SIGNAL,
         JOB_QUERY,
         JOB_WORKFLOW,
+        OPS_FAIL_UPDATE,
+        OPS_REQUEUE_UPDATE,
         PING_SIGNAL,
         RECALL_SIGNAL,
         RELEASE_SIGNAL,
@@ -83,6 +85,9 @@ STOPPABLE = (
     JobStatus.STOP_REQUESTED,
     JobStatus.STOPPED,
 )
+
+# A job not ended yet (an operator may quarantine or re-queue it).
+LIVE = (JobStatus.PENDING, JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED)
 
 # Patch: jobs with a group, pool, target, start time or deadline take the scheduled
 # path (gates, clocks); a job with none of them never reaches this marker.
@@ -117,13 +122,16 @@ class JobWorkflow:
         self._gate_defaults = inp.gate_defaults
         self._stopping = False
         self._cancel_requested = False
+        # Operator overrides: a quarantine reason, or a re-queue of the current attempt.
+        self._ops_failed: str | None = None
+        self._ops_requeue = False
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
         if inp.spec.scheduled and workflow.patched(SCHEDULING_PATCH):
             return await self._run_scheduled(inp)
         job = self._job
-        while not self._cancelled:
+        while not self._interrupted():
             self._attempt += 1
             attempt = self._attempt
             job.attempt = attempt
@@ -131,8 +139,11 @@ class JobWorkflow:
             try:
                 outcome = await self._handle
             except ActivityError as err:
-                if self._cancelled:
+                if self._interrupted():
                     break
+                if self._ops_requeue:
+                    self._requeue_attempt()
+                    continue
                 if is_cancelled_exception(err):
                     # A workflow cancel request: the API's, after a stop; or an
                     # operator's cancel (Temporal UI, CLI).
@@ -152,6 +163,8 @@ class JobWorkflow:
             self._complete(outcome)
             self._publish()
             return job
+        if self._ops_failed is not None:
+            self._raise_ops_failed()
         # Cancelled through the update: the API follows it with a workflow cancel
         # request, which ends this wait and shows the execution as Canceled.
         await workflow.wait_condition(lambda: False)
@@ -188,8 +201,8 @@ class JobWorkflow:
         start = job.earliest_start_at
         if start is not None and start > _now_ms():
             job.waiting_for = WaitingFor.START_TIME
-            await _waited(lambda: self._cancelled, timedelta(milliseconds=start - _now_ms()))
-        while not self._cancelled:
+            await _waited(self._interrupted, timedelta(milliseconds=start - _now_ms()))
+        while not self._interrupted():
             if not await self._hold_gates(gates):
                 break
             self._attempt += 1
@@ -207,10 +220,14 @@ class JobWorkflow:
             try:
                 outcome = await self._handle
             except ActivityError as err:
-                if self._cancelled:
+                if self._interrupted():
                     break
                 if self._recalled_attempt == attempt:
                     continue  # a pause took the lease back before a worker claimed it
+                if self._ops_requeue:
+                    self._requeue_attempt()
+                    await self._requeue_at_group(gates)
+                    continue
                 if is_cancelled_exception(err):
                     stopped = self._stopping
                     self._mark_ended_by_cancel()
@@ -250,6 +267,9 @@ class JobWorkflow:
             self._publish()
             await self._release(gates, "completed")
             return job
+        if self._ops_failed is not None:
+            await self._release(gates, "quarantined")
+            self._raise_ops_failed()
         await self._release(gates, "cancelled")
         if self._deadline_hit and not self._cancelled:
             self._fail_deadline()
@@ -277,7 +297,7 @@ class JobWorkflow:
             if not await _waited(functools.partial(self._holds_or_cancelled, gate), left):
                 self._deadline_hit = True
                 return False
-            if self._cancelled:
+            if self._interrupted():
                 return False
 
     async def _requeue_at_group(self, gates: list[GateRef]) -> None:
@@ -291,7 +311,11 @@ class JobWorkflow:
                 await self._signal_gate(gate, RELEASE_SIGNAL, release, start=False)
 
     def _holds_or_cancelled(self, gate: GateRef) -> bool:
-        return gate.workflow_id in self._leases or self._cancelled
+        return gate.workflow_id in self._leases or self._interrupted()
+
+    def _interrupted(self) -> bool:
+        """Cancelled, or quarantined by an operator: no further attempt."""
+        return self._cancelled or self._ops_failed is not None
 
     def _gate_request(self) -> GateRequest:
         job = self._job
@@ -418,6 +442,9 @@ class JobWorkflow:
     def requeue(self) -> Job:
         """Re-queue a quarantined job of a group or target: same id, its attempts and
         fail_history go on, with max_attempts more attempts."""
+        return self._requeue_held()
+
+    def _requeue_held(self, by: str | None = None) -> Job:
         job = self._job
         self._requeued = True
         self._attempts_base = job.attempts
@@ -426,9 +453,83 @@ class JobWorkflow:
         job.worker_id = None
         job.claimed_at = None
         job.heartbeat_at = None
-        self._transition(JobStatus.PENDING, reason="requeued")
+        self._transition(JobStatus.PENDING, reason="requeued", by=by)
         self._publish()
         return job
+
+    @workflow.update(name=OPS_REQUEUE_UPDATE)
+    def ops_requeue(self) -> Job:
+        """Operator override: a held quarantined or stopped job comes back to pending; a
+        pending, assigned or running one has its attempt cancelled (the worker kills the
+        solver) and a new one started. Same id; attempts and fail_history go on."""
+        if self._held and not self._requeued:
+            return self._requeue_held(by="ops")
+        if self._handle is not None and not self._ops_requeue:
+            self._ops_requeue = True
+            self._handle.cancel()
+        return self._job
+
+    @ops_requeue.validator
+    def _validate_ops_requeue(self) -> None:
+        status = self._job.status
+        if (self._held and not self._requeued) or (status in LIVE and not self._interrupted()):
+            return
+        raise ApplicationError(
+            f"job is {status.value}; only a job that has not completed or closed can be re-queued",
+            status.value,
+            type=ErrorType.JOB_ENDED,
+            non_retryable=True,
+        )
+
+    @workflow.update(name=OPS_FAIL_UPDATE)
+    def ops_fail(self, reason: str) -> Job:
+        """Operator override: quarantine a job that has not ended, at once (its attempt
+        is cancelled and the worker kills the solver)."""
+        job = self._job
+        if self._ops_failed is None:
+            self._ops_failed = reason
+            now = _now_ms()
+            job.fail_reason = reason
+            job.completed_at = now
+            job.waiting_for = None
+            job.fail_history.append(FailRecord(reason=reason, worker_id=job.worker_id, ts=now))
+            self._transition(JobStatus.QUARANTINED, reason=reason, by="ops")
+            self._publish()
+            if self._handle is not None:
+                self._handle.cancel()
+        return job
+
+    @ops_fail.validator
+    def _validate_ops_fail(self, reason: str) -> None:  # noqa: ARG002 - the update's
+        status = self._job.status
+        if status in LIVE and not self._interrupted():
+            return
+        raise ApplicationError(
+            f"job is {status.value}; it has ended already",
+            status.value,
+            type=ErrorType.JOB_ENDED,
+            non_retryable=True,
+        )
+
+    def _requeue_attempt(self) -> None:
+        """An operator's re-queue cancelled the current attempt: back to pending, and the
+        loop starts a new one."""
+        job = self._job
+        self._ops_requeue = False
+        self._stopping = False
+        job.worker_id = None
+        job.claimed_at = None
+        job.heartbeat_at = None
+        self._transition(JobStatus.PENDING, reason="requeued", by="ops")
+        self._publish()
+
+    def _raise_ops_failed(self) -> NoReturn:
+        raise ApplicationError(
+            f"quarantined by an operator: {self._ops_failed}",
+            self._job,
+            type=ErrorType.QUARANTINED,
+            non_retryable=True,
+        )
 
     @requeue.validator
     def _validate_requeue(self) -> None:
@@ -629,7 +730,9 @@ class JobWorkflow:
         job.completed_at = now
         self._transition(JobStatus.FAILED, reason=ErrorType.CANCELLED.value)
 
-    def _transition(self, status: JobStatus, reason: str | None = None) -> None:
+    def _transition(
+        self, status: JobStatus, reason: str | None = None, by: str | None = None
+    ) -> None:
         """Record a status change, stamped with workflow time: the clock of the search
         attribute `JobforgeUpdatedAt`, so the event stream can order and resume by it.
         A reporter's own times land in claimed_at/heartbeat_at/completed_at."""
@@ -644,6 +747,7 @@ class JobWorkflow:
                 attempts=job.attempts,
                 worker_id=job.worker_id,
                 reason=reason,
+                by=by,
             )
         )
         self._unpublished = True

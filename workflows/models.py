@@ -265,6 +265,8 @@ class Transition(BaseModel):
     attempts: int = 0
     worker_id: str | None = None
     reason: str | None = None
+    # Who made the change when it was not the job's own course: "ops" (an override).
+    by: str | None = None
 
 
 # Transitions kept in each job's memo, so the event stream reads them from a

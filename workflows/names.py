@@ -14,6 +14,9 @@ RUN_JOB_ACTIVITY = "run_job"
 REPORT_SIGNAL = "attempt_report"
 CANCEL_UPDATE = "cancel"
 STOP_UPDATE = "stop"
+# Operator overrides (POST /api/ops/jobs/{id}/...), audited as `by: "ops"`.
+OPS_FAIL_UPDATE = "ops_fail"
+OPS_REQUEUE_UPDATE = "ops_requeue"
 # A worker about to run a grouped job's attempt asks first (a pause may recall it).
 CLAIM_UPDATE = "claim_attempt"
 JOB_QUERY = "job"

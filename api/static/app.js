@@ -934,11 +934,36 @@ async function loadFleet() {
           `${w.active_jobs} active`),
         h("span", { class: "muted small" },
           `${w.kind} · ${w.cores} ${w.cores === 1 ? "core" : "cores"} · ${w.ram_gb} GB · heartbeat ${ago(w.last_heartbeat)}`),
+        hostLine(w.info),
         w.tags.length > 0 && h("span", { class: "tags" }, w.tags.map((t) => h("code", {}, t))),
       ),
     ),
   );
   if (!workers.length) $("#fleet-list").append(h("li", { class: "muted" }, "No workers registered."));
+}
+
+const GIB = 2 ** 30;
+
+// A worker's latest host telemetry (its registry heartbeat), in one compact line; a
+// field the host could not read is left out.
+function hostLine(info) {
+  if (!info) return false;
+  const gb = (bytes) => (bytes / GIB).toFixed(1);
+  const parts = [
+    info.cpu_percent != null && ["cpu", `CPU ${Math.round(info.cpu_percent)}%`, "busy, all cores"],
+    info.mem_total_bytes != null && info.mem_used_bytes != null &&
+      ["mem", `mem ${gb(info.mem_used_bytes)}/${gb(info.mem_total_bytes)} GB`, "used / total"],
+    info.load_avg && ["load", `load ${info.load_avg[0].toFixed(2)}`,
+      `load average 1/5/15 min: ${info.load_avg.map((l) => l.toFixed(2)).join(" ")}`],
+    ["running", `${info.running_jobs} running`, "jobs running on the host"],
+    info.version && ["version", `v${info.version}`, "jobforge version"],
+  ].filter(Boolean);
+  const disk = info.disk_free_bytes != null ? ` · disk free ${gb(info.disk_free_bytes)} GB` : "";
+  return h("span", { class: "host muted small", title: `host telemetry${disk}` },
+    parts.map(([field, text, title], i) => [
+      i > 0 && " · ",
+      h("span", { "data-field": field, title }, text),
+    ]));
 }
 
 // ---------------------------------------------------------------- groups and pools

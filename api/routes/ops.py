@@ -1,0 +1,77 @@
+"""Operator overrides (bearer-protected, audited in the job's transitions as
+`by: "ops"`): re-queue, quarantine or cancel any job that has not ended, and delete
+old closed jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, status
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from api.deps import Authorized, JobsDep
+from workflows.models import TYPE_PATTERN, Job, JobStatus
+from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
+
+router = APIRouter(prefix="/api/ops", tags=["ops"], dependencies=[Authorized])
+
+JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
+ENDED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.QUARANTINED, JobStatus.STOPPED)
+
+
+class FailBody(BaseModel):
+    """`POST /api/ops/jobs/{id}/fail`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, Field(min_length=1, max_length=500)]
+
+
+class CleanupBody(BaseModel):
+    """`POST /api/ops/cleanup`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    older_than_s: Annotated[float, Field(ge=0, le=10 * 365 * 24 * 3600)]
+    statuses: list[JobStatus] = Field(default_factory=list, description="Ended statuses")
+    type: Annotated[str | None, Field(pattern=TYPE_PATTERN, description="Only this type")] = None
+
+    @field_validator("statuses")
+    @classmethod
+    def _ended(cls, value: list[JobStatus]) -> list[JobStatus]:
+        for found in value:
+            if found not in ENDED:
+                raise ValueError(f"{found.value} is not an ended status")
+        return value
+
+
+class Cleaned(BaseModel):
+    deleted: int
+
+
+@router.post("/jobs/{job_id}/requeue", response_model=Job)
+async def requeue(job_id: JobId, jobs: JobsDep) -> Job:
+    """From any state but completed: a running attempt is ended (its solver killed) and
+    a new one started; a quarantined or stopped job that is still open (of a group or
+    target) comes back to `pending`. Same id; attempts and fail_history go on."""
+    return await jobs.override(job_id, OPS_REQUEUE_UPDATE)
+
+
+@router.post("/jobs/{job_id}/fail", response_model=Job)
+async def fail(job_id: JobId, body: FailBody, jobs: JobsDep) -> Job:
+    """End a job that has not ended `quarantined` at once, with `reason`."""
+    return await jobs.override(job_id, OPS_FAIL_UPDATE, body.reason)
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=Job, status_code=status.HTTP_202_ACCEPTED)
+async def cancel(job_id: JobId, jobs: JobsDep) -> Job:
+    """End a job that has not ended: `stopped` if it runs (its solver killed), else
+    `failed`/`cancelled` (as `POST /api/jobs/{id}/stop`)."""
+    return await jobs.stop(job_id)
+
+
+@router.post("/cleanup", response_model=Cleaned)
+async def cleanup(body: CleanupBody, jobs: JobsDep) -> Cleaned:
+    """Delete closed jobs older than `older_than_s` (of `statuses`, if given); at most
+    1,000 per call."""
+    return Cleaned(deleted=await jobs.cleanup(body.older_than_s, body.statuses, body.type))

@@ -1,0 +1,89 @@
+"""`jobforge ops`: operator overrides over the REST client (docs/api.md, Operator
+overrides). worker/cli.py registers them on the `jobforge` app."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+
+from worker.cli_common import EXIT_CODES, _Command, _exit, _fail, _Group, _hub
+from worker.hub_client import status_label
+
+ops_app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    help="Operator overrides: re-queue, quarantine or cancel any job; delete old ones.",
+    epilog=EXIT_CODES,
+)
+
+JobIdArg = Annotated[str, typer.Argument(metavar="ID", help="The job's id.")]
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_s(text: str) -> float:
+    """`90s`, `15m`, `12h`, `7d` (or plain seconds) as seconds."""
+    found = DURATION.fullmatch(text.strip())
+    if found:
+        return float(found.group(1)) * UNITS_S[found.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        _fail(f"--older-than: {text!r} is not a duration (like 90s, 15m, 12h, 7d)", code=2)
+
+
+@ops_app.command("requeue", cls=_Command)
+def ops_requeue(job_id: JobIdArg) -> None:
+    """Re-queue a job that has not completed (a running attempt is ended first)."""
+    with _hub() as hub:
+        job = hub.ops(job_id, "requeue")
+    typer.echo(f"{job_id} {status_label(job)} (attempt {job['attempt']})")
+    _exit(0)
+
+
+@ops_app.command("fail", cls=_Command)
+def ops_fail(
+    job_id: JobIdArg,
+    reason: Annotated[str, typer.Option("--reason", help="Recorded as its fail_reason.")] = (
+        "failed by an operator"
+    ),
+) -> None:
+    """Quarantine a job that has not ended, at once."""
+    with _hub() as hub:
+        job = hub.ops(job_id, "fail", {"reason": reason})
+    typer.echo(f"{job_id} {status_label(job)}")
+    _exit(0)
+
+
+@ops_app.command("cancel", cls=_Command)
+def ops_cancel(job_id: JobIdArg) -> None:
+    """End a job that has not ended (stopped if it runs, else cancelled)."""
+    with _hub() as hub:
+        job = hub.ops(job_id, "cancel")
+    typer.echo(f"{job_id} {status_label(job)}")
+    _exit(0)
+
+
+@ops_app.command("cleanup", cls=_Command)
+def ops_cleanup(
+    older_than: Annotated[
+        str, typer.Option("--older-than", metavar="DURATION", help="Like 7d, 12h, 30m.")
+    ],
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", help="Only these ended statuses (repeatable)."),
+    ] = None,
+    job_type: Annotated[str | None, typer.Option("--type", help="Only this job type.")] = None,
+) -> None:
+    """Delete closed jobs older than a duration (at most 1,000 per call)."""
+    body = {
+        "older_than_s": duration_s(older_than),
+        "statuses": status or [],
+        "type": job_type,
+    }
+    with _hub() as hub:
+        deleted = hub.cleanup(body)
+    typer.echo(f"deleted {deleted}")
+    _exit(0)
