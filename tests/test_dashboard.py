@@ -190,6 +190,43 @@ def test_the_fleet_shows_workers_with_liveness_and_active_jobs(
     assert api.wait_status(job_id, "completed")["status"] == "completed"
 
 
+def test_the_fleet_shows_each_workers_host_telemetry_compactly(page: Page, api: Api) -> None:
+    quiet, busy = f"quiet-{uuid.uuid4().hex[:6]}", f"busy-{uuid.uuid4().hex[:6]}"
+    for worker_id in (quiet, busy):
+        register = api.http.post("/api/workers/register", json={"worker_id": worker_id})
+        assert register.status_code == 204, register.text
+    info = {
+        "cpu_percent": 37.4,
+        "mem_used_bytes": 6 * 2**30,
+        "mem_total_bytes": 16 * 2**30,
+        "disk_free_bytes": 120 * 2**30,
+        "load_avg": [1.5, 1.25, 0.75],
+        "running_jobs": 2,
+        "version": "9.8.7",
+    }
+    beat = api.http.post(f"/api/workers/{busy}/heartbeat", json={"info": info})
+    assert beat.status_code == 204, beat.text
+
+    sign_in(page, api)
+
+    host = page.locator(f'#fleet-list .worker[data-worker-id="{busy}"] .host')
+    expect(host.locator('[data-field="cpu"]')).to_have_text("CPU 37%", timeout=LIVE_TIMEOUT_MS)
+    expect(host.locator('[data-field="mem"]')).to_have_text("mem 6.0/16.0 GB")
+    expect(host.locator('[data-field="load"]')).to_have_text("load 1.50")
+    expect(host.locator('[data-field="running"]')).to_have_text("2 running")
+    expect(host.locator('[data-field="version"]')).to_have_text("v9.8.7")
+    expect(host).to_have_text("CPU 37% · mem 6.0/16.0 GB · load 1.50 · 2 running · v9.8.7")
+    # Registered but no heartbeat with telemetry yet: no host line at all.
+    expect(page.locator(f'#fleet-list .worker[data-worker-id="{quiet}"]')).to_be_visible()
+    expect(page.locator(f'#fleet-list .worker[data-worker-id="{quiet}"] .host')).to_have_count(0)
+    # The native session worker sends its own (read from /proc) with its heartbeat.
+    native = page.locator('#fleet-list .worker[data-worker-id="session-worker"] .host')
+    expect(native.locator('[data-field="version"]')).to_have_text("v0.1.0")
+    expect(native.locator('[data-field="mem"]')).to_have_text(
+        re.compile(r"^mem \d+\.\d/\d+\.\d GB$")
+    )
+
+
 def test_with_events_require_token_the_stream_uses_a_stream_token(
     page: Page,
     start_api: Callable[..., Api],
