@@ -17,6 +17,7 @@ from temporalio.service import RPCError
 from activities import solver
 from activities.solver import SolverLimits, SolverSource
 from engine.clock import now_ms
+from engine.log_store import AttemptLog, LogSettings
 from workflows.errors import AttemptFailureDetails, ErrorType
 from workflows.models import AttemptInput, AttemptReport, AttemptResult, Progress
 from workflows.names import CLAIM_UPDATE, REPORT_SIGNAL, RUN_JOB_ACTIVITY
@@ -39,6 +40,8 @@ class RunnerConfig:
     limits: SolverLimits
     # Shared by every job type this process serves: WORKER_CORES jobs at once in all.
     slots: asyncio.Semaphore | None = None
+    # Where each attempt's output is written as it comes (docs/api.md, logs).
+    logs: LogSettings | None = None
 
 
 class DelayedReport:
@@ -169,11 +172,19 @@ class Attempt:
                 type=ErrorType.CANCELLED,
                 non_retryable=True,
             )
+        logs = self._config.logs
+        log = (
+            AttemptLog(logs.root, self._inp.job_id, self._inp.attempt, logs.log_max_bytes)
+            if logs is not None
+            else None
+        )
         try:
             run = await solver.run(
-                self._inp, argv, self._config.limits, self._on_start, self._on_progress
+                self._inp, argv, self._config.limits, self._on_start, self._on_progress, log
             )
         finally:
+            if log is not None:
+                log.close()
             # A solver that finished within the delay never sends `running`.
             sent = await self._running.settle()
         limits = self._config.limits

@@ -11,6 +11,7 @@ import shutil
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 # How long a solver asked to stop (SIGTERM) has before SIGKILL (STOP_GRACE_S).
 KILL_GRACE_S = 10.0
@@ -35,11 +36,16 @@ def kill_group(pgid: int, sig: signal.Signals) -> None:
 
 
 async def _read_bounded(
-    stream: asyncio.StreamReader, limit: int, on_overflow: Callable[[], None]
+    stream: asyncio.StreamReader,
+    limit: int,
+    on_overflow: Callable[[], None],
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> bytes:
     buffer = bytearray()
     overflowed = False
     while chunk := await stream.read(READ_CHUNK):
+        if on_chunk is not None:
+            on_chunk(chunk)
         if overflowed:
             continue
         buffer += chunk
@@ -55,11 +61,16 @@ LINE_MAX = 1024
 
 
 async def _read_tail(
-    stream: asyncio.StreamReader, keep: int, on_line: Callable[[str], None] | None = None
+    stream: asyncio.StreamReader,
+    keep: int,
+    on_line: Callable[[str], None] | None = None,
+    on_chunk: Callable[[bytes], None] | None = None,
 ) -> bytes:
     tail = bytearray()
     line = bytearray()
     while chunk := await stream.read(READ_CHUNK):
+        if on_chunk is not None:
+            on_chunk(chunk)
         tail += chunk
         if len(tail) > keep:
             del tail[: len(tail) - keep]
@@ -82,6 +93,7 @@ async def run_solver(
     max_memory_bytes: int | None = None,
     on_stderr_line: Callable[[str], None] | None = None,
     stop_grace_s: float = KILL_GRACE_S,
+    on_output: Callable[[Literal["stdout", "stderr"], bytes], None] | None = None,
 ) -> SolverRun:
     """Run `argv`; TERM then KILL its whole group at `max_runtime_s` or on cancel.
 
@@ -105,8 +117,14 @@ async def run_solver(
     pgid = process.pid
     overflow = asyncio.Event()
     assert process.stdout is not None and process.stderr is not None
-    stdout_task = asyncio.create_task(_read_bounded(process.stdout, max_output_bytes, overflow.set))
-    stderr_task = asyncio.create_task(_read_tail(process.stderr, log_tail_bytes, on_stderr_line))
+    out = (lambda chunk: on_output("stdout", chunk)) if on_output is not None else None
+    err = (lambda chunk: on_output("stderr", chunk)) if on_output is not None else None
+    stdout_task = asyncio.create_task(
+        _read_bounded(process.stdout, max_output_bytes, overflow.set, out)
+    )
+    stderr_task = asyncio.create_task(
+        _read_tail(process.stderr, log_tail_bytes, on_stderr_line, err)
+    )
     timed_out = False
     try:
         if on_start is not None:

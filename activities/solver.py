@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from activities.runner import SolverRun, run_solver
 from activities.solver_cache import SolverCache
 from engine.clock import now_ms
+from engine.log_store import AttemptLog
 from workflows.errors import AttemptFailureDetails, ErrorType
 from workflows.models import AttemptResult, Progress, RunSpec
 
@@ -69,6 +70,7 @@ async def run(
     limits: SolverLimits,
     on_start: Callable[[], Awaitable[None]] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    log: AttemptLog | None = None,
 ) -> SolverRun:
     """Run `argv --params <json>` within `job.max_runtime_ms` and `limits`; each
     progress line the solver writes to stderr goes to `on_progress`."""
@@ -87,6 +89,7 @@ async def run(
             max_memory_bytes=limits.max_memory_bytes,
             on_stderr_line=on_line if on_progress is not None else None,
             stop_grace_s=limits.stop_grace_s,
+            on_output=log.write if log is not None else None,
         )
     except OSError as err:
         raise ApplicationError(

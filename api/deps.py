@@ -5,7 +5,7 @@ bearer check. The app keeps one `Services` (built at startup); routes never read
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -22,6 +22,7 @@ from api.metrics_registry import Metrics
 from api.settings import ApiSettings
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings
+from engine.log_store import LogSettings
 from workflows.errors import Unauthorized
 
 _bearer = HTTPBearer(auto_error=False, description="FORGE_INGEST_SECRET")
@@ -46,6 +47,7 @@ class Config:
 
     api: ApiSettings
     temporal: TemporalSettings
+    logs: LogSettings = field(default_factory=LogSettings)
 
 
 def _services(request: Request) -> Services:

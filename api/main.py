@@ -28,6 +28,7 @@ from api.routes import (
     events,
     health,
     jobs,
+    logs,
     metrics,
     ops,
     scheduling,
@@ -115,7 +116,8 @@ def create_app(
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)
-    for module in (health, metrics, dashboard, events, workers, agents, jobs, scheduling, ops):
+    modules = (health, metrics, dashboard, events, workers, agents, jobs, logs, scheduling, ops)
+    for module in modules:
         app.include_router(module.router)
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.

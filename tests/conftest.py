@@ -67,6 +67,8 @@ def base_env(temporal: DevServer, **extra: str) -> dict[str, str]:
         WORKER_TYPE_POLL_MS="100",
         LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",
+        # Job logs, shared by every API and worker of the session (as a volume would be).
+        LOG_DIR=str(temporal.data_dir / "job-logs"),
     )
     env.update(extra)
     return env

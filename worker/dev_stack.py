@@ -114,6 +114,8 @@ class DevStack:
         chosen = self.solver.model_fields_set
         if "cache_dir" not in chosen:
             values["SOLVER_CACHE_DIR"] = str(self.data_dir / "solvers")
+        if "LOG_DIR" not in os.environ:
+            values["LOG_DIR"] = str(self.data_dir / "logs")
         if "url_schemes" not in chosen:
             values["SOLVER_URL_SCHEMES"] = DEV_URL_SCHEMES
         if "allow_private_networks" not in chosen:

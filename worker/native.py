@@ -17,6 +17,7 @@ from activities.attempt import JobActivities, RunnerConfig
 from engine.clock import now_ms
 from engine.connection import TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_telemetry
+from engine.log_store import LogSettings
 from engine.tracing import start_tracing
 from worker.host_telemetry import HostSampler
 from worker.settings import SolverSettings, WorkerSettings
@@ -74,6 +75,7 @@ class NativeWorker:
             source=solver.source(settings.solvers),
             limits=solver.limits,
             slots=asyncio.Semaphore(settings.cores),
+            logs=LogSettings(),
         )
         self._activities = JobActivities(client, config)
         self._host = HostSampler(solver.cache_dir, lambda: self._activities.running)

@@ -1,0 +1,152 @@
+"""Job logs (engine/log_store.py): read or follow an attempt's stdout and stderr, and
+the HTTP agents' upload of theirs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path as FilePath
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import Authorized, ConfigDep, JobsDep
+from engine import log_store
+from engine.log_store import LogLine
+from workflows.errors import InvalidField, JobConflict
+from workflows.models import WORKER_ID_PATTERN, Job, JobStatus
+
+router = APIRouter(prefix="/api/jobs", tags=["logs"], dependencies=[Authorized])
+
+JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
+FOLLOW_POLL_S = 0.2
+# How often a follower re-reads the job to learn that the attempt is over.
+FOLLOW_STATUS_S = 1.0
+RUNNING = (JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED)
+UPLOAD_LINES_MAX = 2000
+
+
+class JobLog(BaseModel):
+    """An attempt's log from `offset` on."""
+
+    job_id: str
+    attempt: int | None
+    lines: list[LogLine]
+    next_offset: int = Field(description="Pass as `offset` to read only what follows")
+
+
+class LogUpload(BaseModel):
+    """`POST /api/jobs/{id}/logs`: a chunk of an agent's attempt output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker_id: Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
+    attempt: Annotated[int, Field(strict=True, ge=1)]
+    offset: Annotated[int, Field(strict=True, ge=0, description="Bytes stored before it")]
+    lines: Annotated[list[LogLine], Field(max_length=UPLOAD_LINES_MAX)]
+
+
+class Uploaded(BaseModel):
+    next_offset: int
+
+
+def _attempt_of(job: Job, asked: int | None, root: FilePath) -> int | None:
+    if asked is not None:
+        return asked
+    if job.attempt:
+        return job.attempt
+    found = log_store.attempts(root, job.id)
+    return found[-1] if found else None
+
+
+def _over(job: Job, attempt: int) -> bool:
+    """Whether an attempt has ended: a later one began, or it was claimed and the job
+    is no longer assigned or running (an attempt not claimed yet is still to come)."""
+    return job.attempt != attempt or (job.status not in RUNNING and job.attempts >= attempt)
+
+
+def _sse(event: str, data: object, event_id: int | None = None) -> bytes:
+    head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id is not None else "")
+    return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+@router.get(
+    "/{job_id:job_id}/logs",
+    response_model=JobLog,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def get_logs(
+    job_id: JobId,
+    request: Request,
+    jobs: JobsDep,
+    config: ConfigDep,
+    attempt: Annotated[int | None, Query(ge=1, description="Default: the current or last")] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    follow: bool = False,
+) -> Response | JobLog:
+    """The attempt's stdout and stderr lines, labelled by stream. With `follow=1` or
+    `Accept: text/event-stream`: a stream of `log` events (one per line) while the
+    attempt runs, then an `end` event."""
+    job = await jobs.get(job_id)
+    root = config.logs.root
+    number = _attempt_of(job, attempt, root)
+    streaming = follow or "text/event-stream" in request.headers.get("accept", "")
+    if not streaming:
+        if number is None:
+            return JobLog(job_id=job_id, attempt=None, lines=[], next_offset=0)
+        lines, after = log_store.read(root, job_id, number, offset)
+        return JobLog(job_id=job_id, attempt=number, lines=lines, next_offset=after)
+    if number is None:
+        raise InvalidField("attempt", "the job has not started an attempt yet")
+
+    async def events() -> AsyncIterator[bytes]:
+        position = offset
+        current = job
+        checked = asyncio.get_running_loop().time()
+        while True:
+            lines, position = log_store.read(root, job_id, number, position)
+            for line in lines:
+                yield _sse("log", line.model_dump(), position)
+            if await request.is_disconnected():
+                return
+            now = asyncio.get_running_loop().time()
+            if now - checked >= FOLLOW_STATUS_S:
+                checked = now
+                current = await jobs.get(job_id)
+            if _over(current, number) and not lines:
+                # One last read: what the worker wrote just before the end.
+                lines, position = log_store.read(root, job_id, number, position)
+                for line in lines:
+                    yield _sse("log", line.model_dump(), position)
+                yield _sse("end", {"status": current.status.value})
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@router.post("/{job_id:job_id}/logs", response_model=Uploaded)
+async def upload_logs(job_id: JobId, body: LogUpload, jobs: JobsDep, config: ConfigDep) -> Uploaded:
+    """An agent's chunk of output, stored at byte `offset` of its attempt's log: a chunk
+    already stored changes nothing, one past the end is a 409 with `expected_offset`.
+    Bounded by LOG_MAX_BYTES per attempt."""
+    job = await jobs.get(job_id)
+    held_by_other = body.attempt == job.attempt and job.worker_id not in (None, body.worker_id)
+    if body.attempt > job.attempt or held_by_other:
+        raise JobConflict(
+            f"attempt {body.attempt} of job {job_id} is not held by {body.worker_id}",
+            id=job_id,
+        )
+    logs = config.logs
+    try:
+        after = log_store.append_at(
+            logs.root, job_id, body.attempt, body.offset, body.lines, logs.log_max_bytes
+        )
+    except ValueError as err:
+        raise JobConflict(
+            "offset is past the end of the stored log", id=job_id, expected_offset=int(str(err))
+        ) from err
+    return Uploaded(next_offset=after)

@@ -1,0 +1,172 @@
+"""Job logs: each attempt's stdout and stderr lines, labelled by stream, in a directory
+every API replica and native worker can read (`LOG_DIR`: a shared volume in
+production). Native workers write their solver's output here as it comes; HTTP agents
+upload theirs (`POST /api/jobs/{id}/logs`, idempotent per byte offset); the API reads
+and follows it (`GET /api/jobs/{id}/logs`).
+
+One file per attempt, `<LOG_DIR>/<job id>/<attempt>.log`, one line per output line:
+`stdout <text>` or `stderr <text>`. A file is bounded (`LOG_MAX_BYTES`): past it one
+marker line says where it was cut, and nothing more is kept.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Stream = Literal["stdout", "stderr", "jobforge"]
+CUT_MARKER = "jobforge log cut at {size} bytes (LOG_MAX_BYTES)"
+# A single output line longer than this is split (a solver printing without newlines).
+LINE_MAX = 16 * 1024
+JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class LogSettings(BaseSettings):
+    """Where logs live and how much of an attempt's output is kept."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    log_dir: Path = Field(default=Path("~/.jobforge/logs"), validation_alias="LOG_DIR")
+    log_max_bytes: int = Field(
+        default=1024 * 1024, ge=1024, le=1024**3, validation_alias="LOG_MAX_BYTES"
+    )
+
+    @property
+    def root(self) -> Path:
+        return self.log_dir.expanduser()
+
+
+class LogLine(BaseModel):
+    """One line of an attempt's output."""
+
+    stream: Stream
+    text: str
+
+
+def attempt_path(root: Path, job_id: str, attempt: int) -> Path:
+    """The file of one attempt's log."""
+    if not JOB_ID.fullmatch(job_id) or attempt < 1:
+        raise ValueError(f"no log path for job {job_id!r} attempt {attempt}")
+    return root / job_id / f"{attempt}.log"
+
+
+def attempts(root: Path, job_id: str) -> list[int]:
+    """The attempts of a job that have a log, in order."""
+    directory = root / job_id
+    if not JOB_ID.fullmatch(job_id) or not directory.is_dir():
+        return []
+    return sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
+
+
+def encode(lines: list[LogLine]) -> bytes:
+    """Lines as stored."""
+    return "".join(f"{line.stream} {line.text}\n" for line in lines).encode()
+
+
+def read(root: Path, job_id: str, attempt: int, offset: int = 0) -> tuple[list[LogLine], int]:
+    """The complete lines from byte `offset` on, and the offset after them."""
+    path = attempt_path(root, job_id, attempt)
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            data = log.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    lines = []
+    for raw in data[:end].decode("utf-8", errors="replace").splitlines():
+        stream, _, text = raw.partition(" ")
+        known: Stream = (
+            "stdout" if stream == "stdout" else "stderr" if stream == "stderr" else "jobforge"
+        )
+        lines.append(LogLine(stream=known, text=text))
+    return lines, offset + end
+
+
+def size(root: Path, job_id: str, attempt: int) -> int:
+    try:
+        return attempt_path(root, job_id, attempt).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def append_at(
+    root: Path, job_id: str, attempt: int, offset: int, lines: list[LogLine], max_bytes: int
+) -> int:
+    """Append an uploaded chunk that starts at byte `offset`: a chunk already stored
+    (offset below the size) changes nothing; one past the end is refused (ValueError,
+    the expected offset in its message). The size after it."""
+    path = attempt_path(root, job_id, attempt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as log:
+        current = log.tell()
+        if offset > current:
+            raise ValueError(str(current))
+        if offset < current:
+            return current
+        data = encode(lines)
+        if current + len(data) > max_bytes:
+            log.write(encode([LogLine(stream="jobforge", text=CUT_MARKER.format(size=max_bytes))]))
+        else:
+            log.write(data)
+        return log.tell()
+
+
+def remove(root: Path, job_id: str) -> None:
+    """A job's logs, gone (cleanup)."""
+    if JOB_ID.fullmatch(job_id):
+        shutil.rmtree(root / job_id, ignore_errors=True)
+
+
+@dataclass
+class AttemptLog:
+    """A native attempt's log as its solver writes: chunks of stdout and stderr cut into
+    lines per stream, appended as they complete, bounded by `max_bytes`."""
+
+    root: Path
+    job_id: str
+    attempt: int
+    max_bytes: int
+    _partial: dict[str, bytes] = field(default_factory=dict)
+    _written: int = 0
+    _cut: bool = False
+
+    def write(self, stream: Literal["stdout", "stderr"], chunk: bytes) -> None:
+        data = self._partial.get(stream, b"") + chunk
+        *complete, rest = data.split(b"\n")
+        while len(rest) > LINE_MAX:
+            complete.append(rest[:LINE_MAX])
+            rest = rest[LINE_MAX:]
+        self._partial[stream] = rest
+        self._append(stream, complete)
+
+    def close(self) -> None:
+        """Write what is left of unterminated lines."""
+        for stream, rest in list(self._partial.items()):
+            if rest:
+                self._append(stream, [rest])  # type: ignore[arg-type]
+        self._partial.clear()
+
+    def _append(self, stream: Literal["stdout", "stderr"], raw_lines: list[bytes]) -> None:
+        if self._cut or not raw_lines:
+            return
+        text = encode(
+            [
+                LogLine(stream=stream, text=raw.decode("utf-8", errors="replace"))
+                for raw in raw_lines
+            ]
+        )
+        path = attempt_path(self.root, self.job_id, self.attempt)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self._written + len(text) > self.max_bytes:
+            self._cut = True
+            text = encode([LogLine(stream="jobforge", text=CUT_MARKER.format(size=self.max_bytes))])
+        with path.open("ab") as log:
+            log.write(text)
+        self._written += len(text)

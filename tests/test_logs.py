@@ -1,0 +1,122 @@
+"""Job logs, process level: a native worker writes its solver's stdout and stderr to the
+shared log store as they come; `GET /api/jobs/{id}/logs` reads them labelled by stream,
+per attempt, or follows them as server-sent events; agents upload theirs by offset."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.harness import Proc, wait_until
+from tests.conftest import Api, Solver
+
+TALKER = """
+print("first out", flush=True)
+print("first err", file=sys.stderr, flush=True)
+gate = params.get("gate")
+while gate and not os.path.exists(gate):
+    time.sleep(0.02)
+print("second err", file=sys.stderr, flush=True)
+print(json.dumps({"done": True}))
+if params.get("fail"):
+    sys.exit(3)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _worker(session_worker: Proc) -> Proc:
+    return session_worker
+
+
+def lines(api: Api, job_id: str, **query: Any) -> list[tuple[str, str]]:
+    answer = api.http.get(f"/api/jobs/{job_id}/logs", params=query)
+    assert answer.status_code == 200, answer.text
+    return [(line["stream"], line["text"]) for line in answer.json()["lines"]]
+
+
+def test_a_jobs_output_is_stored_per_attempt_and_labelled_by_stream(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver(TALKER)
+    job_id = api.submit(**solver.spec(job_type, params={"fail": True}, max_attempts=2))
+    api.wait_status(job_id, "quarantined")
+    expected = [
+        ("stdout", "first out"),
+        ("stderr", "first err"),
+        ("stderr", "second err"),
+        ("stdout", '{"done": true}'),
+    ]
+    for attempt in (1, 2):
+        got = lines(api, job_id, attempt=attempt)
+        assert sorted(got) == sorted(expected)  # the two streams interleave as they come
+        assert [text for stream, text in got if stream == "stderr"] == ["first err", "second err"]
+    assert sorted(lines(api, job_id)) == sorted(expected)  # the last attempt by default
+    answer = api.http.get(f"/api/jobs/{job_id}/logs", params={"attempt": 1, "offset": 10**6})
+    assert answer.json()["lines"] == []
+    assert api.http.get("/api/jobs/no-such-job/logs").status_code == 404
+
+
+def test_following_a_running_job_streams_its_lines_until_it_ends(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    solver = make_solver(TALKER)
+    job_id = api.submit(**solver.spec(job_type, params={"gate": str(gate)}))
+    api.wait_status(job_id, "running")
+    wait_until(lambda: ("stderr", "first err") in lines(api, job_id), timeout=30)
+    events: list[tuple[str, Any]] = []
+    with api.http.stream(
+        "GET", f"/api/jobs/{job_id}/logs", headers={"Accept": "text/event-stream"}
+    ) as stream:
+        name = ""
+        for raw in stream.iter_lines():
+            if raw.startswith("event: "):
+                name = raw.removeprefix("event: ")
+            elif raw.startswith("data: "):
+                events.append((name, json.loads(raw.removeprefix("data: "))))
+                if name == "log" and events[-1][1]["text"] == "first err":
+                    gate.touch()  # the rest is written while we follow
+                if name == "end":
+                    break
+    texts = [data["text"] for name, data in events if name == "log"]
+    assert "second err" in texts and '{"done": true}' in texts
+    assert events[-1] == ("end", {"status": "completed"})
+
+
+def test_an_agents_upload_is_idempotent_per_offset(
+    start_api: Callable[..., Api], tmp_path: Path
+) -> None:
+    hub = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX="logs-agent-")
+    job_id = hub.submit(type="agent-logs")
+    claim = hub.http.post(
+        "/api/jobs/claim", json={"worker_id": "agent-l", "types": ["agent-logs"], "wait": 10}
+    )
+    assert claim.status_code == 200, claim.text
+    chunk_a = [{"stream": "stdout", "text": "a1"}, {"stream": "stderr", "text": "a2"}]
+    chunk_b = [{"stream": "stdout", "text": "b1"}]
+
+    def upload(offset: int, chunk: list[dict[str, str]]) -> httpx.Response:
+        body = {"worker_id": "agent-l", "attempt": 1, "offset": offset, "lines": chunk}
+        return hub.http.post(f"/api/jobs/{job_id}/logs", json=body)
+
+    first = upload(0, chunk_a)
+    assert first.status_code == 200, first.text
+    middle = first.json()["next_offset"]
+    early = upload(middle + 5, chunk_b)  # out of order: refused, with where to resume
+    assert early.status_code == 409 and early.json()["expected_offset"] == middle
+    assert upload(0, chunk_a).json()["next_offset"] == middle  # a duplicate: no change
+    end = upload(middle, chunk_b).json()["next_offset"]
+    assert end > middle
+    assert lines(hub, job_id) == [("stdout", "a1"), ("stderr", "a2"), ("stdout", "b1")]
+    other = hub.http.post(
+        f"/api/jobs/{job_id}/logs",
+        json={"worker_id": "someone-else", "attempt": 1, "offset": end, "lines": chunk_b},
+    )
+    assert other.status_code == 409
+    bad = hub.http.post(f"/api/jobs/{job_id}/logs", json={"worker_id": "agent-l", "attempt": 0})
+    assert bad.status_code == 422
