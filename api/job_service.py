@@ -33,10 +33,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import visibility
 from api.settings import ApiSettings
+from engine import log_store
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.directory import known_job_types, register_job_type
 from engine.gates import Gates
+from engine.log_store import LogSettings
 from engine.solver_urls import SolverUrlRefused, SolverUrlSettings, check_host, url_problem
 from workflows import search_attributes
 from workflows.errors import (
@@ -108,9 +110,11 @@ class JobService:
         settings: ApiSettings,
         solver_urls: SolverUrlSettings,
         gates: Gates,
+        logs: LogSettings | None = None,
     ) -> None:
         self._client = client
         self._gates = gates
+        self._logs = logs or LogSettings()
         self._temporal = temporal
         self._settings = settings
         self._solver_urls = solver_urls
@@ -410,6 +414,7 @@ class JobService:
                         return False  # deleted meanwhile
                     raise
             self._closed.pop((execution.id, execution.run_id), None)
+            log_store.remove(self._logs.root, execution.id)
             return True
 
         deleted = await asyncio.gather(*(delete(execution) for execution in rows.executions))

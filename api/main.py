@@ -38,6 +38,7 @@ from api.settings import ApiSettings
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
 from engine.gates import Gates
+from engine.log_store import LogSettings
 from engine.solver_urls import SolverUrlSettings
 from engine.tracing import start_tracing
 
@@ -78,13 +79,14 @@ def create_app(
     settings = (settings or ApiSettings()).with_secret()
     temporal = temporal or TemporalSettings()
     solver_urls = solver_urls or SolverUrlSettings()
+    log_settings = LogSettings()
     registry = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
         gates = Gates(client, temporal.task_queue, settings.gate_defaults())
-        job_service = JobService(client, temporal, settings, solver_urls, gates)
+        job_service = JobService(client, temporal, settings, solver_urls, gates, log_settings)
         feed = EventFeed(
             client,
             job_service,
@@ -112,7 +114,7 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.config = Config(api=settings, temporal=temporal)
+    app.state.config = Config(api=settings, temporal=temporal, logs=log_settings)
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)

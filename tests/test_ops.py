@@ -11,6 +11,7 @@ import pytest
 from bench.harness import Proc, wait_until
 from tests.conftest import Api, Solver, Stack
 from tests.test_cli import jobforge
+from worker.devserver import DevServer
 
 
 @pytest.fixture(autouse=True)
@@ -74,13 +75,15 @@ def test_ops_cancel_ends_a_pending_job(start_stack: Callable[..., Stack]) -> Non
     assert (answer.json()["status"], answer.json()["fail_reason"]) == ("failed", "cancelled")
 
 
-def test_cleanup_deletes_old_closed_jobs_of_a_type(
-    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+def test_cleanup_deletes_old_closed_jobs_of_a_type_with_their_logs(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver], temporal: DevServer
 ) -> None:
     solver = make_solver('print(json.dumps({"ok": True}))\n')
     ids = [api.submit(**solver.spec(job_type)) for _ in range(2)]
     for job_id in ids:
         api.wait_status(job_id, "completed")
+    log_dirs = [temporal.data_dir / "job-logs" / job_id for job_id in ids]
+    assert all(directory.is_dir() for directory in log_dirs)
     kept = api.http.post(
         "/api/ops/cleanup", json={"older_than_s": 3600, "statuses": ["completed"], "type": job_type}
     )
@@ -91,6 +94,7 @@ def test_cleanup_deletes_old_closed_jobs_of_a_type(
     run = jobforge(api.url, "ops", "cleanup", "--older-than", "0s", "--type", job_type)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "deleted 2"
+    assert not any(directory.exists() for directory in log_dirs)
     for job_id in ids:  # Temporal deletes in the background (about 35 s on a dev server)
         wait_until(
             lambda job_id=job_id: api.http.get(f"/api/jobs/{job_id}").status_code == 404,
