@@ -1,8 +1,9 @@
 """`jobforge agent`: the spec's HTTP-only worker (section 3). Outbound HTTP only.
 
 Registers, long-polls `POST /api/jobs/claim`, fetches and verifies the solver with the
-same cache as the native worker, runs it with heartbeats every 10 s, and reports the
-result or the failure; then claims again at once.
+same cache as the native worker, runs it with heartbeats every 10 s while uploading its
+stdout and stderr (`POST /api/jobs/{id}/logs`), and reports the result or the failure;
+then claims again at once.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal, cast
 
 import httpx
 from pydantic import Field
@@ -20,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.exceptions import ApplicationError
 
 from activities import solver
+from engine.log_store import LINE_MAX, AttemptLog
 from worker.host_telemetry import HostSampler
 from worker.hub_client import HubSettings
 from worker.settings import SolverSettings, WorkerSettings
@@ -33,6 +36,16 @@ HEARTBEAT_EVERY_S = 10.0
 # as a native worker's (each is an event in the worker's record).
 PRESENCE_EVERY_S = 15.0
 MAX_BACKOFF_S = 30.0
+# Log upload (POST /api/jobs/{id}/logs): a batch about once a second, at most the API's
+# 2,000 lines per call; the final flush gets this long before the report goes out.
+UPLOAD_EVERY_S = 1.0
+UPLOAD_LINES_MAX = 2000
+UPLOAD_TIMEOUT_S = 10.0
+FINAL_FLUSH_S = 15.0
+# A batch that fails this many times in a row is dropped (the job never waits on logs).
+UPLOAD_TRIES = 3
+# What waits for upload is bounded: a hub away for long costs lines, not memory.
+PENDING_MAX_BYTES = 4 * 1024 * 1024
 
 
 class AgentSettings(BaseSettings):
@@ -85,6 +98,14 @@ class Hub:
                 raise asyncio.CancelledError
             await asyncio.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, MAX_BACKOFF_S)
+
+    async def call_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
+        """One request, no retry: None when the hub could not be reached."""
+        try:
+            return await self._http.request(method, path, timeout=UPLOAD_TIMEOUT_S, **kwargs)
+        except httpx.HTTPError as err:
+            log.warning("%s %s failed: %s", method, path, err)
+            return None
 
 
 class Agent:
@@ -194,12 +215,19 @@ class Agent:
             nonlocal beats
             beats = asyncio.create_task(self._heartbeats(job.id, lost, every_s, progress))
 
-        run = asyncio.create_task(self._execute(job, on_start, progress.set))
+        output = LogUploader(self._hub, job, self._worker.node_id)
+        pump = asyncio.create_task(output.pump())
+        run = asyncio.create_task(self._execute(job, on_start, progress.set, output))
         try:
             await self._until_done(run, lost, stop)
         finally:
             if beats is not None:
                 beats.cancel()
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        # Before the report: once the job closes, a follower's stream ends.
+        await output.close()
         if lost.is_set():
             log.info("job %s was cancelled or taken away; solver stopped", job.id)
             return
@@ -258,9 +286,12 @@ class Agent:
         job: ClaimedJob,
         on_start: Callable[[], Awaitable[None]],
         on_progress: Callable[[Progress], None],
+        output: LogUploader,
     ) -> AttemptResult:
         argv = await self._source.argv(job)
-        run = await solver.run(job, argv, self._limits, on_start, on_progress)
+        # solver.run only calls `log.write(stream, chunk)`, which the uploader has.
+        sink = cast(AttemptLog, output)
+        run = await solver.run(job, argv, self._limits, on_start, on_progress, sink)
         return solver.outcome(run, self._worker.node_id, self._limits.max_output_bytes)
 
     async def _heartbeats(
@@ -288,6 +319,145 @@ class Agent:
         )
         if response.status_code != 200:
             log.warning("failure report for %s refused: %s", job_id, response.text)
+
+
+class LogUploader:
+    """An attempt's stdout and stderr for `POST /api/jobs/{id}/logs`: chunks cut into
+    lines per stream (a line longer than LINE_MAX is split, as the log store does),
+    uploaded in batches about once a second from byte `next_offset` as the API last
+    answered. Best effort: a batch that keeps failing is dropped, lines past
+    PENDING_MAX_BYTES waiting are dropped, and nothing here fails the job."""
+
+    def __init__(self, hub: Hub, job: ClaimedJob, worker_id: str) -> None:
+        self._hub = hub
+        self._path = f"/api/jobs/{job.id}/logs"
+        self._job_id = job.id
+        self._attempt = job.attempt
+        self._worker_id = worker_id
+        self._partial: dict[str, bytes] = {}
+        # (line, its stored size in bytes), in the order the solver wrote them.
+        self._pending: deque[tuple[dict[str, str], int]] = deque()
+        self._pending_bytes = 0
+        self._dropped = 0
+        self._failures = 0
+        self.offset = 0
+        # The hub will take no more: the attempt is not ours, or its log was cut.
+        self._closed = False
+
+    def write(self, stream: Literal["stdout", "stderr"], chunk: bytes) -> None:
+        """A chunk of the solver's output (called by the runner as it reads)."""
+        data = self._partial.get(stream, b"") + chunk
+        *complete, rest = data.split(b"\n")
+        while len(rest) > LINE_MAX:
+            complete.append(rest[:LINE_MAX])
+            rest = rest[LINE_MAX:]
+        self._partial[stream] = rest
+        for raw in complete:
+            self._queue(stream, raw)
+
+    def _queue(self, stream: str, raw: bytes) -> None:
+        if self._closed:
+            return
+        text = raw.decode("utf-8", errors="replace")
+        size = len(stream) + len(text.encode()) + 2
+        if self._pending_bytes + size > PENDING_MAX_BYTES:
+            self._dropped += 1
+            return
+        self._pending.append(({"stream": stream, "text": text}, size))
+        self._pending_bytes += size
+
+    async def pump(self) -> None:
+        """Upload what has come about once a second, until cancelled."""
+        while True:
+            await asyncio.sleep(UPLOAD_EVERY_S)
+            try:
+                await self._upload_pending()
+            except Exception:
+                # Logs are a convenience: a bug here must not end or fail the job.
+                log.exception("log upload for %s failed; it stops", self._job_id)
+                self._closed = True
+
+    async def close(self) -> None:
+        """The final flush: unterminated lines, then all that waits (for at most
+        FINAL_FLUSH_S, so a hub that is away delays the report only that long)."""
+        for stream, rest in self._partial.items():
+            if rest:
+                self._queue(stream, rest)
+        self._partial.clear()
+        try:
+            async with asyncio.timeout(FINAL_FLUSH_S):
+                await self._upload_pending()
+        except TimeoutError:
+            log.warning("log upload for %s timed out; the rest is dropped", self._job_id)
+        except Exception:
+            log.exception("log upload for %s failed; the rest is dropped", self._job_id)
+        self._dropped += len(self._pending)
+        if self._dropped:
+            log.warning("%d log lines of job %s were not uploaded", self._dropped, self._job_id)
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    async def _upload_pending(self) -> None:
+        while self._pending and not self._closed:
+            batch = [line for line, _ in list(self._pending)[:UPLOAD_LINES_MAX]]
+            if not await self._send(batch):
+                self._failures += 1
+                if self._failures < UPLOAD_TRIES:
+                    return  # again at the next tick
+                log.warning("dropping %d log lines of job %s", len(batch), self._job_id)
+                self._dropped += len(batch)
+            self._failures = 0
+            for _ in batch:
+                _, size = self._pending.popleft()
+                self._pending_bytes -= size
+        if self._closed:
+            self._dropped += len(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+
+    async def _send(self, batch: list[dict[str, str]]) -> bool:
+        """Upload one batch at `offset`; whether the hub answered it for good."""
+        body = {
+            "worker_id": self._worker_id,
+            "attempt": self._attempt,
+            "offset": self.offset,
+            "lines": batch,
+        }
+        stored = sum(len(line["stream"]) + len(line["text"].encode()) + 2 for line in batch)
+        for _ in range(2):  # a 409 naming where the log ends: once more from there
+            response = await self._hub.call_once("POST", self._path, json=body)
+            if response is None:
+                return False
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = {}
+            answer = answer if isinstance(answer, dict) else {}
+            if response.status_code == 200 and isinstance(answer.get("next_offset"), int):
+                after: int = answer["next_offset"]
+                if after - self.offset < stored:
+                    # Less than the batch was kept: the hub cut this log (LOG_MAX_BYTES).
+                    log.info("the log of job %s was cut by the hub", self._job_id)
+                    self._closed = True
+                self.offset = after
+                return True
+            expected = answer.get("expected_offset")
+            if response.status_code == 409 and isinstance(expected, int):
+                log.info("log of job %s resumes at byte %d", self._job_id, expected)
+                self.offset = body["offset"] = expected
+                continue
+            if response.status_code == 409:
+                log.info("job %s is no longer ours; its log upload stops", self._job_id)
+                self._closed = True
+                return True
+            log.warning(
+                "log upload for %s refused: %s %s",
+                self._job_id,
+                response.status_code,
+                response.text[:200],
+            )
+            return False
+        return False
 
 
 class LatestProgress:
