@@ -41,7 +41,7 @@ from worker.hub_client import (
     HubUnreachableError,
     status_label,
 )
-from workflows.models import ListOrder
+from workflows.models import ListOrder, Progress
 
 app = typer.Typer(
     cls=_Group,
@@ -328,6 +328,13 @@ def _time(ms: int | None) -> str:
     return stamp.strftime("%Y-%m-%d %H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
 
 
+def _progress(progress: Progress) -> str:
+    text = f"{progress.fraction:.0%}"
+    if progress.message:
+        text += f"  {progress.message}"
+    return f"{text}  (at {_time(progress.at)})" if progress.at else text
+
+
 STATUS_STYLES = {
     "pending": "yellow",
     "assigned": "cyan",
@@ -368,6 +375,8 @@ def show(job_id: JobIdArg) -> None:
             ("Priority", str(job.priority)),
             ("Attempts", f"{job.attempts} / {job.max_attempts}"),
             ("Worker", job.worker_id or "—"),
+            # A running attempt's last progress report (live).
+            *((("Progress", _progress(job.progress)),) if job.progress else ()),
             ("Fail reason", job.fail_reason or "—"),
             ("Solver", solver),
             ("Created", _time(job.created_at)),
@@ -399,6 +408,42 @@ def show(job_id: JobIdArg) -> None:
     if job.log_tail:
         console.print("Log tail:", Text(job.log_tail), sep="\n")
     _exit(0)
+
+
+def _log_line(line: dict[str, Any]) -> str:
+    return f"{line.get('stream')}| {line.get('text')}"
+
+
+@command(cls=_Command)
+def logs(
+    job_id: JobIdArg,
+    attempt: Annotated[
+        int | None,
+        typer.Option(metavar="N", min=1, help="This attempt (default: the current or last)."),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream new lines until the attempt ends.")
+    ] = False,
+) -> None:
+    """Print an attempt's output, a line each: `stdout| text` or `stderr| text`
+    (`jobforge| text`: a note of jobforge's own, as where the log was cut). With
+    --follow, then stream its new lines until the attempt ends, and say how it ended
+    on stderr."""
+    with _hub() as hub:
+        if not follow:
+            for line in hub.logs(job_id, attempt)["lines"]:
+                typer.echo(_log_line(line))
+            _exit(0)
+        try:
+            for name, data in hub.follow_logs(job_id, attempt):
+                if name == "log":
+                    typer.echo(_log_line(data))
+                elif name == "end":
+                    typer.echo(f"attempt ended: {data.get('status')}", err=True)
+                    _exit(0)
+        except KeyboardInterrupt:
+            _exit(0)
+    _fail("the log stream ended before the attempt did")
 
 
 def _event_line(name: str, event: dict[str, Any]) -> Text:

@@ -172,6 +172,38 @@ class HubClient:
         job: dict[str, Any] = self.call("POST", f"/api/jobs/{job_id}/stop").json()
         return job
 
+    def logs(self, job_id: str, attempt: int | None = None, offset: int = 0) -> dict[str, Any]:
+        """GET /api/jobs/{id}/logs: `{job_id, attempt, lines: [{stream, text}], next_offset}`
+        of `attempt` (default: the current or last one) from byte `offset`."""
+        query: dict[str, Any] = {"offset": offset}
+        if attempt is not None:
+            query["attempt"] = attempt
+        body: dict[str, Any] = self._json("GET", f"/api/jobs/{job_id}/logs", params=query)
+        return body
+
+    def follow_logs(
+        self, job_id: str, attempt: int | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Follow GET /api/jobs/{id}/logs as server-sent events: `("log", {stream, text})`
+        per line while the attempt runs, then `("end", {status})`."""
+        params = {"follow": "1"} | ({"attempt": str(attempt)} if attempt is not None else {})
+        timeout = httpx.Timeout(30, read=None)
+        try:
+            with self._http.stream(
+                "GET",
+                f"/api/jobs/{job_id}/logs",
+                params=params,
+                headers={"Accept": "text/event-stream"},
+                timeout=timeout,
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._check(response)
+                for name, _, data in server_sent_events(response.iter_lines()):
+                    yield name, data
+        except httpx.HTTPError as err:
+            raise HubUnreachableError(f"log stream from {self._settings.base_url}: {err}") from err
+
     # -- scheduling: groups, pools, serial targets ------------------------------------
 
     def groups(self) -> list[dict[str, Any]]:
