@@ -7,13 +7,19 @@
 // The status chips: the API's statuses, and a cancelled job (failed with fail_reason
 // "cancelled") on its own, as its row and GET /api/jobs/counts tell it.
 const STATUSES = [
-  "pending", "assigned", "running", "completed", "failed", "cancelled", "quarantined",
+  "pending", "assigned", "running", "stop_requested", "stopped", "completed", "failed",
+  "cancelled", "quarantined",
 ];
 const EVENT_NAMES = [
   "job:created", "job:assigned", "job:running", "job:completed",
   "job:failed", "job:pending", "job:quarantined", "job:cancelled",
+  "job:stop_requested", "job:stopped",
 ];
 const CANCELLABLE = new Set(["pending", "assigned"]);
+// POST /api/jobs/{id}/stop: a pending or assigned job is cancelled, a running one stopped.
+const STOPPABLE = new Set(["pending", "assigned", "running"]);
+// An attempt is under way (or about to be): its progress and log lines may still change.
+const LIVE = new Set(["assigned", "running", "stop_requested"]);
 const TYPE_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const TOKEN_KEY = "jobforge.token";
 // Rows per page: 50, or ?limit=N (1…200) in the page's address.
@@ -32,6 +38,10 @@ const WAITING_FOR = {
 };
 const RESULT_PREVIEW_CHARS = 2000;
 const LATEST_KEEP = 5000;
+// The log view polls the open attempt every LOG_POLL_MS while it runs, and keeps its
+// last LOG_KEEP lines in the DOM.
+const LOG_POLL_MS = 1000;
+const LOG_KEEP = 2000;
 
 const state = {
   config: null,
@@ -48,6 +58,8 @@ const state = {
   selected: null,
   detail: null,
   cancelMessage: null, // {id, text, error}
+  stopMessage: null, // {id, text, error}: the last stop's answer
+  log: null, // the open job's log view (see newLog)
   groups: [], // GET /api/groups, as last read or changed here
   pools: [], // GET /api/pools
   groupsSeq: 0, // bumped by a pause/resume here, so a list read begun before it is dropped
@@ -210,6 +222,7 @@ function signOut(message) {
 
 function stop() {
   state.running = false;
+  dropLog();
   if (state.stream) state.stream.close();
   state.stream = null;
   for (const timer of Object.values(state.timers)) clearTimeout(timer);
@@ -570,6 +583,8 @@ const detailSoon = debounce(() => {
 function selectJob(id) {
   if (state.selected !== id) {
     state.cancelMessage = null;
+    state.stopMessage = null;
+    dropLog();
     if (state.targetMessages.size) {
       state.targetMessages.clear();
       renderTargets();
@@ -588,6 +603,7 @@ function selectJob(id) {
 function closeDetail() {
   state.selected = null;
   state.detail = null;
+  dropLog();
   $("#job-detail").hidden = true;
   for (const { tr } of state.rows.values()) tr.classList.remove("selected");
 }
@@ -667,6 +683,7 @@ function table(id, headings, rows) {
 
 function renderDetail(job) {
   const message = state.cancelMessage && state.cancelMessage.id === job.id ? state.cancelMessage : null;
+  const stopped = state.stopMessage && state.stopMessage.id === job.id ? state.stopMessage : null;
   const actions = h(
     "div",
     { class: "actions" },
@@ -676,8 +693,14 @@ function renderDetail(job) {
     CANCELLABLE.has(job.status) &&
       h("button", { id: "cancel-button", class: "danger", type: "button",
                     onclick: () => cancelJob(job.id) }, "Cancel job"),
+    STOPPABLE.has(job.status) &&
+      h("button", { id: "stop-button", class: "danger", type: "button",
+                    title: "POST /api/jobs/{id}/stop: a running job's solver is killed",
+                    onclick: () => stopJob(job.id) }, "Stop job"),
     message && h("span", { id: "cancel-message", class: message.error ? "error" : "ok" },
                  message.text),
+    stopped && h("span", { id: "stop-message", class: stopped.error ? "error" : "ok",
+                           "data-status": stopped.status }, stopped.text),
   );
   const waited = job.claimed_at ? job.claimed_at - job.created_at : null;
   const ran = job.claimed_at && job.completed_at ? job.completed_at - job.claimed_at : null;
@@ -685,6 +708,7 @@ function renderDetail(job) {
   const parts = [
     detailHeader(job.id),
     actions,
+    progressBar(job),
     definitionList([
       ["Type", job.type],
       ["Priority", job.priority],
@@ -704,7 +728,8 @@ function renderDetail(job) {
     definitionList([
       ["Created", formatTime(job.created_at)],
       ["Last claimed", formatTime(job.claimed_at)],
-      ["Last heartbeat", formatTime(job.heartbeat_at)],
+      ["Last heartbeat", formatTime(job.heartbeat_at), "detail-heartbeat"],
+      job.lease_expires_at && ["Lease expires", formatTime(job.lease_expires_at), "detail-lease"],
       ["Completed", formatTime(job.completed_at)],
       ["Created → claimed", formatDuration(waited)],
       ["Claimed → done", formatDuration(ran)],
@@ -724,7 +749,205 @@ function renderDetail(job) {
     job.log_tail && h("h3", {}, "Log tail"),
     job.log_tail && pre(job.log_tail, "detail-log"),
   ];
-  $("#job-detail").replaceChildren(...parts.filter(Boolean));
+  if (!state.log || state.log.id !== job.id) {
+    dropLog();
+    state.log = newLog(job.id);
+  }
+  const log = state.log;
+  renderLogControls(log, job);
+  // The log view is one element kept across renders (its lines stay, its scroll too).
+  const { scrollTop } = log.lines;
+  const stick = atBottom(log.lines);
+  $("#job-detail").replaceChildren(...parts.filter(Boolean), h("h3", {}, "Log"), log.section);
+  log.lines.scrollTop = stick ? log.lines.scrollHeight : scrollTop;
+  followLog(job);
+}
+
+// A live attempt's last progress (`JOBFORGE_PROGRESS <fraction> [message]` from its
+// solver), as read with the detail.
+function progressBar(job) {
+  if (!LIVE.has(job.status)) return false;
+  const { progress } = job;
+  if (!progress) {
+    return h("p", { id: "detail-progress", class: "muted small", "data-fraction": "" },
+             "No progress reported yet.");
+  }
+  const percent = Math.round(progress.fraction * 1000) / 10;
+  const fill = h("span", { class: "fill" });
+  fill.style.width = `${percent}%`;
+  return h(
+    "div",
+    { id: "detail-progress", class: "progress", "data-fraction": String(progress.fraction) },
+    h("span", { class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100",
+                "aria-valuenow": String(percent), "aria-label": "Progress" }, fill),
+    h("span", { class: "small" },
+      h("span", { id: "detail-progress-percent", class: "num" }, `${percent}%`),
+      progress.message && [" · ", h("span", { id: "detail-progress-message" }, progress.message)],
+      progress.at && h("span", { class: "muted", title: new Date(progress.at).toISOString() },
+                       ` · ${ago(progress.at)}`)),
+  );
+}
+
+async function stopJob(id) {
+  const button = $("#stop-button");
+  if (button) button.disabled = true;
+  await guard(async () => {
+    const response = await api(`/api/jobs/${encodeURIComponent(id)}/stop`, { method: "POST" });
+    if (response.ok) {
+      const status = statusLabel(await response.json());
+      state.stopMessage = { id, status, text: `Stop accepted: ${status}.`, error: false };
+    } else {
+      state.stopMessage = { id, status: "", text: `Not stopped: ${await errorText(response)}`,
+                            error: true };
+    }
+    if (state.detail && state.detail.id === id && state.selected === id) renderDetail(state.detail);
+    await loadDetail(id);
+  });
+  refreshSoon();
+}
+
+// ---------------------------------------------------------------- the log view
+
+// One attempt's lines (GET /api/jobs/{id}/logs), read from `offset` on: every
+// LOG_POLL_MS while that attempt runs, once otherwise. It shows the current attempt (and
+// moves on to the next one when it begins) unless an earlier one is picked.
+function newLog(id) {
+  const lines = h("div", { id: "log-lines", class: "log-lines", role: "log", tabindex: "0" });
+  const controls = h("div", { class: "log-controls small" });
+  return {
+    id,
+    pinned: null, // an attempt picked in the selector, or null: the current one
+    attempt: null, // the attempt shown
+    offset: 0,
+    dropped: 0, // lines let go of to keep LOG_KEEP
+    seq: 0, // bumped on a reset, so an answer for what was shown before is dropped
+    timer: null,
+    busy: false,
+    readKey: null, // `${attempt}:${status}` of the last read of an ended attempt
+    lines,
+    controls,
+    section: h("div", { id: "detail-logs", "data-job-id": id }, controls, lines),
+  };
+}
+
+function dropLog() {
+  if (state.log) {
+    clearTimeout(state.log.timer);
+    state.log.seq += 1;
+  }
+  state.log = null;
+}
+
+function resetLog(log, attempt) {
+  clearTimeout(log.timer);
+  log.timer = null;
+  log.seq += 1;
+  log.attempt = attempt;
+  log.offset = 0;
+  log.dropped = 0;
+  log.readKey = null;
+  log.lines.replaceChildren();
+  log.lines.dataset.count = "0";
+}
+
+function renderLogControls(log, job) {
+  const shown = log.pinned ?? log.attempt ?? (job.attempt || null);
+  const select = job.attempts > 1 && h(
+    "select",
+    { id: "log-attempt", "aria-label": "Attempt",
+      onchange: (e) => pickAttempt(Number(e.target.value)) },
+    Array.from({ length: job.attempts }, (_, i) => {
+      const n = i + 1;
+      return h("option", { value: n, selected: n === shown },
+               n === job.attempt ? `attempt ${n} (current)` : `attempt ${n}`);
+    }),
+  );
+  const empty = log.lines.childElementCount === 0;
+  log.controls.replaceChildren(
+    select || (shown ? h("span", { class: "muted" }, `attempt ${shown}`) : false),
+    log.dropped > 0 && h("span", { id: "log-dropped", class: "muted" },
+                         `${log.dropped} earlier lines not shown (the last ${LOG_KEEP} are)`),
+    empty && h("span", { id: "log-empty", class: "muted" },
+               job.attempt ? "No output yet." : "No attempt yet."),
+  );
+}
+
+function pickAttempt(n) {
+  const log = state.log;
+  const job = state.detail;
+  if (!log || !job || job.id !== log.id) return;
+  log.pinned = n === job.attempt ? null : n;
+  resetLog(log, n);
+  renderLogControls(log, job);
+  followLog(job);
+}
+
+// Reads now unless a read is under way or due, or this attempt has ended and was read
+// since (the detail re-renders often; an ended attempt is read once).
+function followLog(job) {
+  const log = state.log;
+  if (!log || log.id !== job.id) return;
+  const current = job.attempt || null;
+  if (log.pinned === null && current !== null && log.attempt !== null && current !== log.attempt) {
+    resetLog(log, current); // the next attempt began
+  }
+  if (log.busy || log.timer || log.readKey === `${log.pinned ?? current}:${job.status}`) return;
+  pollLog(log);
+}
+
+async function pollLog(log) {
+  log.timer = null;
+  log.busy = true;
+  const { seq } = log;
+  const job = state.detail && state.detail.id === log.id ? state.detail : null;
+  const attempt = log.pinned ?? log.attempt ?? (job && job.attempt ? job.attempt : null);
+  // Whether the attempt ran as this read began: if not, this read gets all it wrote.
+  const live = job !== null && log.pinned === null && LIVE.has(job.status);
+  const key = job ? `${attempt}:${job.status}` : null;
+  const params = new URLSearchParams({ offset: String(log.offset) });
+  if (attempt !== null) params.set("attempt", String(attempt));
+  let failed = false;
+  try {
+    const body = await getJson(`/api/jobs/${encodeURIComponent(log.id)}/logs?${params}`);
+    if (state.log === log && seq === log.seq) {
+      if (log.attempt === null) log.attempt = body.attempt;
+      log.offset = body.next_offset;
+      appendLines(log, body.lines);
+      if (!live) log.readKey = key;
+    }
+  } catch (err) {
+    if (err instanceof Unauthorized) return;
+    failed = true; // tried again on the next beat while the job runs
+  } finally {
+    log.busy = false;
+  }
+  if (state.log !== log) return;
+  if (seq !== log.seq || live || (failed && job && LIVE.has(job.status))) {
+    log.timer = setTimeout(() => pollLog(log), seq !== log.seq ? 0 : LOG_POLL_MS);
+  }
+  if (job) renderLogControls(log, job);
+}
+
+function atBottom(el) {
+  return el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+}
+
+function appendLines(log, lines) {
+  if (!lines.length) return;
+  const stick = atBottom(log.lines);
+  const kept = lines.slice(-LOG_KEEP);
+  log.dropped += lines.length - kept.length;
+  log.lines.append(...kept.map((line) => h(
+    "div",
+    { class: `log-line ${line.stream}`, "data-stream": line.stream },
+    h("span", { class: "log-stream" }, line.stream),
+    h("span", { class: "log-text" }, line.text),
+  )));
+  let extra = log.lines.childElementCount - LOG_KEEP;
+  log.dropped += Math.max(extra, 0);
+  while (extra-- > 0) log.lines.firstElementChild.remove();
+  log.lines.dataset.count = String(log.lines.childElementCount);
+  if (stick) log.lines.scrollTop = log.lines.scrollHeight;
 }
 
 function waitingFor(reason) {
@@ -1072,10 +1295,12 @@ function poolItem(p) {
 
 async function refreshPanels() {
   // A pending job's detail can change with no event of its own (its group paused from
-  // the CLI, its target halted by another job): one more read for it, not one per row.
-  // Any other open job's group and target come from the panels' lists.
+  // the CLI, its target halted by another job), and so does a live one's (its progress
+  // and heartbeat are read live): one more read for it, not one per row. Any other open
+  // job's group and target come from the panels' lists.
   const open = state.detail && state.detail.id === state.selected ? state.detail : null;
-  const detail = open && open.status === "pending" ? () => loadDetail(open.id) : null;
+  const detail = open && (open.status === "pending" || LIVE.has(open.status))
+    ? () => loadDetail(open.id) : null;
   await Promise.all([
     guard(loadFleet), guard(loadGroups), guard(loadPools), guard(loadTargets),
     detail && guard(detail),

@@ -1,0 +1,137 @@
+"""The job detail's controls in a real (headless) Chromium against real API and worker
+processes: a running job's progress bar, its log view, and the Stop button."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from bench.harness import wait_until
+from tests.conftest import Api, Solver, needs_chromium
+from tests.test_dashboard import LIVE_TIMEOUT_MS, row, sign_in
+
+pytestmark = [
+    pytest.mark.usefixtures("session_worker"),
+    needs_chromium,
+]
+
+# Talks on both streams and reports progress, then waits for `gate.1`, says more, and
+# waits for `gate.2` (60 s at most each) before answering.
+TALKING_SOLVER = """
+def wait_for(path):
+    deadline = time.time() + 60
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.05)
+
+gate = params["gate"]
+print("first out", flush=True)
+print("first err", file=sys.stderr, flush=True)
+print("JOBFORGE_PROGRESS 0.4 crunching numbers", file=sys.stderr, flush=True)
+wait_for(gate + ".1")
+print("late out", flush=True)
+print("late err", file=sys.stderr, flush=True)
+print("JOBFORGE_PROGRESS 0.8 almost there", file=sys.stderr, flush=True)
+wait_for(gate + ".2")
+print(json.dumps({"done": True}))
+"""
+
+# Runs until stopped (or for 60 s).
+ENDLESS_SOLVER = """
+print("JOBFORGE_PROGRESS 0.1 started", file=sys.stderr, flush=True)
+deadline = time.time() + 60
+while time.time() < deadline:
+    time.sleep(0.05)
+print("{}")
+"""
+
+
+def log_line(page: Page, stream: str, text: str) -> Locator:
+    """A line of the log view, by its stream label and text."""
+    return page.locator(f'#log-lines .log-line[data-stream="{stream}"]', has_text=text).locator(
+        ".log-text"
+    )
+
+
+def job_when(api: Api, job_id: str, check: Callable[[dict[str, Any]], bool], what: str) -> Any:
+    def read() -> dict[str, Any] | None:
+        job = api.job(job_id)
+        return job if check(job) else None
+
+    return wait_until(read, timeout=30, what=what)
+
+
+def test_a_running_jobs_progress_and_log_lines_show_and_follow_it(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
+) -> None:
+    gate = str(tmp_path / "gate")
+    job_id = api.submit(**make_solver(TALKING_SOLVER).spec(job_type, params={"gate": gate}))
+    job_when(
+        api,
+        job_id,
+        lambda j: j["status"] == "running" and (j["progress"] or {}).get("fraction") == 0.4,
+        "the job running with its first progress",
+    )
+    sign_in(page, api, job_type=job_type)
+    row(page, job_id).click()
+    expect(page.locator("#detail-id")).to_have_text(job_id)
+
+    progress = page.locator("#detail-progress")
+    expect(progress).to_have_attribute("data-fraction", "0.4")
+    expect(page.locator("#detail-progress-percent")).to_have_text("40%")
+    expect(page.locator("#detail-progress-message")).to_have_text("crunching numbers")
+    expect(progress.locator('[role="progressbar"]')).to_have_attribute("aria-valuenow", "40")
+
+    # Both streams, each labelled; stderr styled apart from stdout.
+    expect(log_line(page, "stdout", "first out")).to_have_text("first out")
+    expect(log_line(page, "stderr", "first err")).to_have_text("first err")
+    expect(
+        page.locator('#log-lines .log-line[data-stream="stderr"] .log-stream').first
+    ).to_have_text("stderr")
+    out_color = log_line(page, "stdout", "first out").evaluate("e => getComputedStyle(e).color")
+    err_color = log_line(page, "stderr", "first err").evaluate("e => getComputedStyle(e).color")
+    assert out_color != err_color
+    expect(page.locator("#log-attempt")).to_have_count(0)  # one attempt: no selector
+
+    # Lines written after the view opened are followed; the bar moves on the next beat.
+    Path(gate + ".1").touch()
+    expect(log_line(page, "stdout", "late out")).to_have_text("late out", timeout=LIVE_TIMEOUT_MS)
+    expect(log_line(page, "stderr", "late err")).to_have_text("late err")
+    expect(progress).to_have_attribute("data-fraction", "0.8", timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator("#detail-progress-message")).to_have_text("almost there")
+
+    Path(gate + ".2").touch()
+    expect(row(page, job_id)).to_have_attribute("data-status", "completed", timeout=LIVE_TIMEOUT_MS)
+    expect(page.locator("#detail-progress")).to_have_count(0)
+    expect(page.locator("#stop-button")).to_have_count(0)
+    # Each line once: the view read on from where it was, not from the start again.
+    expect(page.locator("#log-lines .log-line", has_text="first out")).to_have_count(1)
+    expect(page.locator("#log-lines .log-line", has_text="late err")).to_have_count(1)
+
+
+def test_the_stop_button_stops_a_running_job(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    job_id = api.submit(**make_solver(ENDLESS_SOLVER).spec(job_type))
+    api.wait_status(job_id, "running")
+    sign_in(page, api, job_type=job_type)
+    expect(row(page, job_id)).to_have_attribute("data-status", "running")
+    row(page, job_id).click()
+    expect(page.locator("#detail-id")).to_have_text(job_id)
+
+    page.locator("#stop-button").click()
+    message = page.locator("#stop-message")
+    expect(message).to_contain_text("Stop accepted")
+    assert message.get_attribute("data-status") in ("stop_requested", "stopped")
+
+    api.wait_status(job_id, "stopped")
+    expect(row(page, job_id)).to_have_attribute("data-status", "stopped", timeout=LIVE_TIMEOUT_MS)
+    expect(row(page, job_id).locator(".badge.s-stopped")).to_have_text("stopped")
+    expect(page.locator("#job-detail .actions .badge")).to_have_text("stopped")
+    expect(page.locator("#stop-button")).to_have_count(0)
+    expect(page.locator('#status-chips [data-count="stopped"]')).to_have_text(
+        "1", timeout=LIVE_TIMEOUT_MS
+    )
