@@ -135,3 +135,20 @@ def test_the_stop_button_stops_a_running_job(
     expect(page.locator('#status-chips [data-count="stopped"]')).to_have_text(
         "1", timeout=LIVE_TIMEOUT_MS
     )
+
+
+def test_the_log_view_keeps_only_the_last_lines(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('for i in range(2500):\n    print(f"line {i}")\nprint("{}")\n')
+    job_id = api.submit(**solver.spec(job_type))
+    api.wait_status(job_id, "completed")
+    sign_in(page, api, job_type=job_type)
+    row(page, job_id).click()
+
+    lines = page.locator("#log-lines")
+    expect(lines).to_have_attribute("data-count", "2000")
+    expect(page.locator("#log-dropped")).to_contain_text("earlier lines not shown")
+    expect(lines.locator(".log-line").last).to_contain_text("{}")
+    expect(lines.locator(".log-line", has_text="line 2499")).to_have_count(1)
+    expect(lines.locator(".log-line", has_text="line 0")).to_have_count(0)
