@@ -80,7 +80,8 @@ def read(root: Path, job_id: str, attempt: int, offset: int = 0) -> tuple[list[L
         return [], offset
     end = data.rfind(b"\n") + 1
     lines = []
-    for raw in data[:end].decode("utf-8", errors="replace").splitlines():
+    # Split on newlines only: a solver's `\r` (progress bars) stays in its line.
+    for raw in data[:end].decode("utf-8", errors="replace").split("\n")[:-1]:
         stream, _, text = raw.partition(" ")
         known: Stream = (
             "stdout" if stream == "stdout" else "stderr" if stream == "stderr" else "jobforge"
@@ -111,11 +112,22 @@ def append_at(
         if offset < current:
             return current
         data = encode(lines)
+        if _cut(path, current):
+            return current  # cut already: nothing more is kept
         if current + len(data) > max_bytes:
             log.write(encode([LogLine(stream="jobforge", text=CUT_MARKER.format(size=max_bytes))]))
         else:
             log.write(data)
         return log.tell()
+
+
+def _cut(path: Path, size: int) -> bool:
+    """Whether the log ends with the cut marker."""
+    if size == 0:
+        return False
+    with path.open("rb") as log:
+        log.seek(max(0, size - 200))
+        return b"jobforge jobforge log cut at " in log.read()
 
 
 def remove(root: Path, job_id: str) -> None:
