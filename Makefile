@@ -41,11 +41,12 @@ lint: $(STAMP)
 faults: $(STAMP)
 	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_scheduling.py tests/test_faults_inputs.py tests/test_fuzz.py
 
-# The three main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
+# The main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
 bench: $(STAMP)
 	$(BIN)/python -m bench.throughput --jobs 1000
 	$(BIN)/python -m bench.claim_latency
 	$(BIN)/python -m bench.event_latency
+	$(BIN)/python -m bench.gates
 
 clean:
 	rm -rf $(VENV) .jobforge .pytest_cache .mypy_cache .ruff_cache
