@@ -421,3 +421,28 @@ async def test_a_gate_continues_as_new_and_keeps_its_queue(harness: Harness) -> 
     assert len(runs) >= 2
     view = await gates.view(GateKind.GROUP, "g")
     assert view is not None and view.settings.max_parallel == 1 and not view.holders
+
+
+async def test_a_retry_due_after_the_deadline_ends_the_job_deadline_exceeded(
+    harness: Harness,
+) -> None:
+    deadline = now_ms() + 1_000
+    fail = harness.stand_in.fail("solver_exit", "late")
+
+    async def fail_after_the_deadline(inp: AttemptInput) -> AttemptResult:
+        async def past() -> bool:
+            return now_ms() > deadline + 200
+
+        await wait_until_async(past, timeout=10, what="the deadline to pass")
+        return await fail(inp)
+
+    harness.stand_in.script[1] = fail_after_the_deadline
+    handle = await submit(
+        harness, gates_for(harness), pool="p", deadline_at=deadline, max_attempts=2
+    )
+    job = await harness.wait_status(handle, JobStatus.FAILED)
+    job = await harness.wait_for(
+        handle, lambda j: j.fail_reason == ErrorType.DEADLINE_EXCEEDED, "deadline_exceeded"
+    )
+    assert job.attempts == 1
+    assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED

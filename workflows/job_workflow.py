@@ -125,6 +125,7 @@ class JobWorkflow:
         # Operator overrides: a quarantine reason, or a re-queue of the current attempt.
         self._ops_failed: str | None = None
         self._ops_requeue = False
+        self._recalled_early: set[str] = set()
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
@@ -204,6 +205,11 @@ class JobWorkflow:
             await _waited(self._interrupted, timedelta(milliseconds=start - _now_ms()))
         while not self._interrupted():
             if not await self._hold_gates(gates):
+                break
+            left = self._time_to_deadline()
+            if left is not None and left <= timedelta(0):
+                # A retry after deadline_at: it can no longer be assigned in time.
+                self._deadline_hit = True
                 break
             self._attempt += 1
             attempt = self._attempt
@@ -413,6 +419,11 @@ class JobWorkflow:
                 RELEASE_SIGNAL, release
             )
             return
+        if grant.workflow_id in self._recalled_early:
+            # Its recall came first (signals between workflows may pass each other):
+            # the gate has queued this job again already.
+            self._recalled_early.discard(grant.workflow_id)
+            return
         self._leases.add(grant.workflow_id)
         if grant.weight is not None:
             self._weight = grant.weight
@@ -421,6 +432,12 @@ class JobWorkflow:
     async def gate_recall(self, gate_workflow_id: str) -> None:
         """A pause takes back the lease of a job no worker has claimed yet."""
         if gate_workflow_id not in self._leases:
+            if gate_workflow_id in self._asked and self._job.status == JobStatus.PENDING:
+                # The grant it recalls has not arrived yet: give it back now.
+                self._recalled_early.add(gate_workflow_id)
+                await workflow.get_external_workflow_handle(gate_workflow_id).signal(
+                    RELEASE_SIGNAL, GateRelease(job_id=self._job.id, outcome="recalled")
+                )
             return
         job = self._job
         outcome: ReleaseOutcome = "kept"
