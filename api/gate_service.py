@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 from temporalio.api.enums.v1 import TaskQueueType
@@ -35,6 +36,8 @@ SERVED_TTL_S = 5.0
 # A poller seen this recently serves the queue (Temporal drops idle pollers later).
 POLLER_FRESH_S = 90.0
 CONCURRENCY = 16
+
+T = TypeVar("T")
 
 ACTIVE = (JobStatus.ASSIGNED.value, JobStatus.RUNNING.value)
 
@@ -118,12 +121,7 @@ class GateService:
 
     async def groups(self) -> list[GroupView]:
         """Every group, cached METRICS_CACHE_MS: N dashboards cost one set of calls."""
-
-        async def compute() -> list[GroupView]:
-            views = await self._listed(GateKind.GROUP)
-            return list(await asyncio.gather(*(self._group_view(view) for view in views)))
-
-        return await self._cache.get("groups", compute)
+        return await self._every(GateKind.GROUP, self._group_view)
 
     async def patch_group(self, name: str, patch: GroupPatch) -> GroupView:
         fields = patch.model_fields_set & {"max_parallel", "weight"}
@@ -172,22 +170,14 @@ class GateService:
 
     async def pools(self) -> list[PoolView]:
         """Every pool, cached as the groups are."""
-
-        async def compute() -> list[PoolView]:
-            views = await self._listed(GateKind.POOL)
-            return list(await asyncio.gather(*(self._pool_view(view) for view in views)))
-
-        return await self._cache.get("pools", compute)
+        return await self._every(GateKind.POOL, self._pool_view)
 
     async def set_pool(self, name: str, capacity: PoolCapacity) -> PoolView:
         patch = GatePatch(capacity=capacity.capacity)
         return await self._pool_view(await self._gates.configure(GateKind.POOL, name, patch))
 
     async def _pool_view(self, view: GateView) -> PoolView:
-        pending, running = await asyncio.gather(
-            visibility.count(self._client, job_filter(JobStatus.PENDING.value, pool=view.key)),
-            visibility.count(self._client, job_filter(statuses=ACTIVE, pool=view.key)),
-        )
+        pending, running = await self._pending_and_active(pool=view.key)
         return PoolView(
             pool=view.key,
             capacity=view.settings.capacity,
@@ -200,12 +190,7 @@ class GateService:
 
     async def targets(self) -> list[TargetView]:
         """Every target that has run, cached as the groups are."""
-
-        async def compute() -> list[TargetView]:
-            views = await self._listed(GateKind.TARGET)
-            return list(await asyncio.gather(*(self._target_view(view) for view in views)))
-
-        return await self._cache.get("targets", compute)
+        return await self._every(GateKind.TARGET, self._target_view)
 
     async def target(self, name: str) -> TargetView:
         view = await self._gates.view(GateKind.TARGET, name)
@@ -231,10 +216,7 @@ class GateService:
         return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
 
     async def _target_view(self, view: GateView) -> TargetView:
-        pending, running = await asyncio.gather(
-            visibility.count(self._client, job_filter(JobStatus.PENDING.value, target=view.key)),
-            visibility.count(self._client, job_filter(statuses=ACTIVE, target=view.key)),
-        )
+        pending, running = await self._pending_and_active(target=view.key)
         return TargetView(
             target=view.key,
             halted=view.settings.halted,
@@ -283,6 +265,15 @@ class GateService:
 
     # -- shared --------------------------------------------------------------------
 
+    async def _every(self, kind: GateKind, show: Callable[[GateView], Awaitable[T]]) -> list[T]:
+        """Every gate of a kind as `show` answers it, cached METRICS_CACHE_MS."""
+
+        async def compute() -> list[T]:
+            views = await self._listed(kind)
+            return list(await asyncio.gather(*(show(view) for view in views)))
+
+        return await self._cache.get(kind.value, compute)
+
     async def _listed(self, kind: GateKind) -> list[GateView]:
         """Gates of one kind, from their memos (one visibility page)."""
         query = f"WorkflowType = '{GATE_WORKFLOW}' AND ExecutionStatus = 'Running'"
@@ -296,6 +287,18 @@ class GateService:
             if view.kind == kind and execution.id == self._gates.ref(kind, view.key).workflow_id:
                 views.append(view)
         return sorted(views, key=lambda view: view.key)
+
+    async def _pending_and_active(
+        self, *, pool: str | None = None, target: str | None = None
+    ) -> tuple[int, int]:
+        """How many of a pool's or target's jobs wait, and how many are assigned or
+        running: two counts, made at once."""
+        waiting = job_filter(JobStatus.PENDING.value, pool=pool, target=target)
+        busy = job_filter(statuses=ACTIVE, pool=pool, target=target)
+        pending, active = await asyncio.gather(
+            visibility.count(self._client, waiting), visibility.count(self._client, busy)
+        )
+        return pending, active
 
     async def _counts(self, query: str) -> dict[str, int]:
         statuses = [status.value for status in JobStatus]

@@ -331,26 +331,9 @@ class JobService:
         the attempt (the worker kills the solver) and ends it `stopped`. A repeated
         stop changes nothing; a job that ended otherwise is a 409."""
         handle = self._handle(job_id)
-        try:
-            job: Job = await handle.execute_update(STOP_UPDATE, result_type=Job)
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_STOPPABLE:
-                status = cause.details[0] if cause.details else None
-                raise JobConflict(cause.message, id=job_id, status=status) from err
-            await self.get(job_id)
-            raise TemporalCallFailed(f"stop failed: {cause or err}", id=job_id) from err
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            job = await self.get(job_id)  # closed: stopped or cancelled already, or not
-            if job.status == JobStatus.STOPPED or job.cancelled:
-                return job
-            raise JobConflict(
-                f"job is {job.status.value}; it has ended and cannot be stopped",
-                id=job_id,
-                status=job.status.value,
-            ) from err
+        job = await self._job_update(job_id, STOP_UPDATE, ErrorType.NOT_STOPPABLE)
+        if job is None:
+            return await self._closed_as(job_id, "stopped", JobStatus.STOPPED)
         if job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED) or job.cancelled:
             await handle.cancel()
         return job
@@ -360,26 +343,8 @@ class JobService:
     async def override(self, job_id: str, update: str, *args: object) -> Job:
         """Run an operator override (`ops_fail`, `ops_requeue`) on a job; 409 with its
         status if it has ended (or closed)."""
-        handle = self._handle(job_id)
-        try:
-            job: Job = await handle.execute_update(update, args=list(args), result_type=Job)
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type == ErrorType.JOB_ENDED:
-                status = cause.details[0] if cause.details else None
-                raise JobConflict(cause.message, id=job_id, status=status) from err
-            await self.get(job_id)
-            raise TemporalCallFailed(f"{update} failed: {cause or err}", id=job_id) from err
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            job = await self.get(job_id)
-            raise JobConflict(
-                f"job is {job.status.value} and its workflow has closed",
-                id=job_id,
-                status=job.status.value,
-            ) from err
-        return job
+        job = await self._job_update(job_id, update, ErrorType.JOB_ENDED, *args)
+        return job or await self._closed_as(job_id, "changed", cancelled_ok=False)
 
     async def cleanup(
         self, older_than_s: float, statuses: list[JobStatus], job_type: str | None = None
@@ -422,32 +387,51 @@ class JobService:
 
     # -- cancel --------------------------------------------------------------------
 
-    async def cancel(self, job_id: str) -> Job:
-        """Cancel a pending or assigned job; 409 with the status otherwise."""
-        handle = self._handle(job_id)
+    async def _job_update(
+        self, job_id: str, update: str, refusal: ErrorType, *args: object
+    ) -> Job | None:
+        """Run one of the job's updates: the job after it; None if the workflow has
+        closed (no update reaches it); the job's own refusal (`refusal`) as a 409."""
         try:
-            job: Job = await handle.execute_update(CANCEL_UPDATE, result_type=Job)
+            job: Job = await self._handle(job_id).execute_update(
+                update, args=list(args), result_type=Job
+            )
         except WorkflowUpdateFailedError as err:
             cause = err.cause
-            if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_CANCELLABLE:
+            if isinstance(cause, ApplicationError) and cause.type == refusal:
                 status = cause.details[0] if cause.details else None
                 raise JobConflict(cause.message, id=job_id, status=status) from err
             # Not the job's own refusal: most likely the id names a workflow that is not
-            # a job (no cancel update there), which the read tells with a 404.
+            # a job (no such update there), which the read tells with a 404.
             await self.get(job_id)
-            raise TemporalCallFailed(f"cancel failed: {cause or err}", id=job_id) from err
+            raise TemporalCallFailed(f"{update} failed: {cause or err}", id=job_id) from err
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            # Unknown id, or the workflow has already closed: read it to tell which.
-            job = await self.get(job_id)
-            if job.cancelled:
-                return job
-            raise JobConflict(
-                f"job is {job.status.value}; it can no longer be cancelled",
-                id=job_id,
-                status=job.status.value,
-            ) from err
+            return None
+        return job
+
+    async def _closed_as(
+        self, job_id: str, wanted: str, *also: JobStatus, cancelled_ok: bool = True
+    ) -> Job:
+        """A job whose workflow has closed (or an unknown id: 404): the job if a cancel
+        (`cancelled_ok`), or one of `also`, already ended it; else a 409 with its
+        status."""
+        job = await self.get(job_id)
+        if (cancelled_ok and job.cancelled) or job.status in also:
+            return job
+        raise JobConflict(
+            f"job is {job.status.value}; it has ended and cannot be {wanted}",
+            id=job_id,
+            status=job.status.value,
+        )
+
+    async def cancel(self, job_id: str) -> Job:
+        """Cancel a pending or assigned job; 409 with the status otherwise."""
+        handle = self._handle(job_id)
+        job = await self._job_update(job_id, CANCEL_UPDATE, ErrorType.NOT_CANCELLABLE)
+        if job is None:
+            return await self._closed_as(job_id, "cancelled")
         # Ends the execution as Canceled in Temporal; the job is already cancelled.
         await handle.cancel()
         return job

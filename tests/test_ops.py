@@ -95,7 +95,7 @@ def test_cleanup_deletes_old_closed_jobs_of_a_type_with_their_logs(
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "deleted 2"
     assert not any(directory.exists() for directory in log_dirs)
-    for job_id in ids:  # Temporal deletes in the background (about 35 s on a dev server)
+    for job_id in ids:  # Temporal deletes in the background
         wait_until(
             lambda job_id=job_id: api.http.get(f"/api/jobs/{job_id}").status_code == 404,
             timeout=120,
