@@ -7,6 +7,13 @@ the jobs updated since its cursor and emits their transitions in the order of th
 (ts, job id, seq) once they are older than a settle window, so the stream is a single
 ordered sequence and an event id is a position in it: resuming after id K means
 "every transition whose key is greater than K".
+
+Progress (`job:progress`) is not in the jobs' histories: a running attempt's progress
+travels in its activity heartbeat. While at least one client is connected, the process
+reads the heartbeat of running jobs (one describe each) at most once per
+PROGRESS_PUBLISH_MS, a bounded page of them per round, and sends a job's progress to a
+client when it differs from what that client last got. These events are live only: they
+have no id, take no place in the ordered sequence and are not replayed on resume.
 """
 
 from __future__ import annotations
@@ -17,16 +24,18 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from api.job_service import JobService
 from workflows import search_attributes
 from workflows.errors import ErrorType
-from workflows.models import EventsMemo, JobIdentity, JobStatus, Transition
-from workflows.names import EVENTS_MEMO
-from workflows.search_attributes import JOBS
+from workflows.models import EventsMemo, JobIdentity, JobStatus, Progress, Transition
+from workflows.names import EVENTS_MEMO, attempt_activity_id
+from workflows.search_attributes import JOBS, job_filter
 
 log = logging.getLogger("jobforge.events")
 
@@ -41,6 +50,16 @@ EVENT_NAMES = {
 }
 # A `failed` transition with one of these reasons ends the job.
 FINAL_FAILED_REASONS = (ErrorType.CANCELLED.value, ErrorType.DEADLINE_EXCEEDED.value)
+
+PROGRESS_EVENT = "job:progress"
+# Jobs whose attempt's solver runs (a stop_requested one runs until it is killed).
+RUNNING_JOBS = (
+    job_filter(statuses=(JobStatus.RUNNING.value, JobStatus.STOP_REQUESTED.value))
+    + " AND ExecutionStatus = 'Running'"
+)
+# Heartbeats read at once in a progress round.
+PROGRESS_READS_AT_ONCE = 16
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
 
 
 @dataclass(frozen=True, order=True)
@@ -70,6 +89,19 @@ class JobEvent(JobIdentity, Transition):
 
     event: str
     id: str
+
+
+class JobProgress(JobEvent):
+    """`job:progress`: a running job's latest transition, as its other events carry
+    it, and its attempt's last progress."""
+
+    progress: Progress
+
+    @property
+    def mark(self) -> tuple[int, float, str | None]:
+        """What makes it news: attempt, fraction and message. Not `at`, which an agent's
+        progress gets anew on every heartbeat."""
+        return (self.attempt, self.progress.fraction, self.progress.message)
 
 
 def event_name(transition: Transition) -> str:
@@ -103,6 +135,8 @@ class Subscriber:
     queue: asyncio.Queue[JobEvent | None]
     accepts: Callable[[JobEvent], bool]
     overflowed: bool = False
+    # job id → the progress mark it was last offered.
+    progress: dict[str, tuple[int, float, str | None]] = field(default_factory=dict)
 
     def offer(self, event: JobEvent) -> None:
         """Queue an event; a client that falls too far behind is cut off (it resumes)."""
@@ -115,6 +149,13 @@ class Subscriber:
             with contextlib.suppress(asyncio.QueueEmpty):
                 self.queue.get_nowait()
             self.queue.put_nowait(None)
+
+    def offer_progress(self, event: JobProgress) -> None:
+        """Queue a job's progress if it changed since this client last got it."""
+        if self.progress.get(event.id) == event.mark:
+            return
+        self.progress[event.id] = event.mark
+        self.offer(event)
 
 
 def _iso(ms: int) -> str:
@@ -142,6 +183,36 @@ class FeedSettings:
     queue_max: int = 10_000
 
 
+@dataclass(frozen=True)
+class ProgressSettings:
+    """How running jobs' progress is read while a client is connected."""
+
+    # PROGRESS_PUBLISH_MS: a round starts at most this often, and reads each job once.
+    every_ms: int = 1000
+    # EVENTS_PROGRESS_MAX_JOBS: running jobs read per round; more are read in turns.
+    max_jobs: int = 100
+
+
+async def attempt_progress(client: Client, job_id: str, attempt: int) -> Progress | None:
+    """The progress in the last heartbeat of a job's attempt, if it is still pending
+    and the heartbeat carries one in jobforge's shape. One describe call."""
+    try:
+        desc = await client.get_workflow_handle(job_id).describe(rpc_timeout=DESCRIBE_TIMEOUT)
+    except RPCError as err:
+        log.debug("cannot read the attempt of %s: %s", job_id, err)
+        return None
+    activity_id = attempt_activity_id(attempt)
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_id != activity_id or not pending.heartbeat_details.payloads:
+            continue
+        details = await client.data_converter.decode(pending.heartbeat_details.payloads)
+        try:
+            return Progress.model_validate(details[0])
+        except ValidationError:
+            return None
+    return None
+
+
 @dataclass
 class EventFeed:
     """The process's poller and its subscribers."""
@@ -150,6 +221,7 @@ class EventFeed:
     jobs: JobService
     settings: FeedSettings = field(default_factory=FeedSettings)
     on_event: Callable[[JobEvent], None] | None = None
+    progress: ProgressSettings = field(default_factory=ProgressSettings)
     lag_ms: float = 0.0
     _cursor: EventKey | None = None
     _start: EventKey | None = None
@@ -159,6 +231,12 @@ class EventFeed:
     _waiting: set[EventKey] = field(default_factory=set)
     _subscribers: set[Subscriber] = field(default_factory=set)
     _task: asyncio.Task[None] | None = None
+    # Progress rounds run only while someone is subscribed.
+    _progress_task: asyncio.Task[None] | None = None
+    # Where the next round lists running jobs from (None: the first page).
+    _progress_token: bytes | None = None
+    # Jobs read since the listing last started over; marks of any other are dropped then.
+    _progress_seen: set[str] = field(default_factory=set)
 
     @property
     def cursor(self) -> EventKey:
@@ -175,10 +253,11 @@ class EventFeed:
 
     async def stop(self) -> None:
         """Stop the poller."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._progress_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _run(self) -> None:
         while True:
@@ -237,6 +316,90 @@ class EventFeed:
             self._cursor = key_of(fresh[-1])
         self._forget(cursor.ts - cfg.forget_ms)
 
+    # -- progress ----------------------------------------------------------------------
+
+    def _watch_progress(self) -> None:
+        """Start the progress rounds (idempotent)."""
+        if self._progress_task is None or self._progress_task.done():
+            self._progress_task = asyncio.create_task(self._progress_rounds(), name="progress")
+
+    def _unwatch_progress(self) -> None:
+        """Stop them once the last client has gone: no client, no read."""
+        if not self._subscribers and self._progress_task is not None:
+            self._progress_task.cancel()
+            self._progress_task = None
+
+    async def _progress_rounds(self) -> None:
+        while self._subscribers:
+            started = time.monotonic()
+            try:
+                await self.progress_round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # Temporal unavailable: keep trying
+                log.warning("progress poll failed: %s", err)
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(max(self.progress.every_ms / 1000 - elapsed, 0.01))
+
+    async def progress_round(self) -> None:
+        """Read the progress of one page of running jobs and offer it to every client.
+
+        Each round lists the page after the last one, so with more than `max_jobs`
+        running every job is read in turn (once per ceil(running / max_jobs) rounds).
+        A job is read only once the stream has sent the transition that made it
+        running, so its progress never comes before its `job:running`."""
+        token, self._progress_token = self._progress_token, None
+        listing = self.client.list_workflows(
+            RUNNING_JOBS, page_size=self.progress.max_jobs, next_page_token=token
+        )
+        await listing.fetch_next_page()
+        running: list[tuple[str, EventsMemo]] = []
+        for execution in listing.current_page or []:
+            raw = (await execution.memo()).get(EVENTS_MEMO)
+            if raw is None:
+                continue
+            memo = EventsMemo.model_validate(raw)
+            if memo.transitions and self._shown(execution.id, memo.transitions[-1]):
+                running.append((execution.id, memo))
+        gate = asyncio.Semaphore(PROGRESS_READS_AT_ONCE)
+
+        async def read(job_id: str, memo: EventsMemo) -> JobProgress | None:
+            last = memo.transitions[-1]
+            async with gate:
+                progress = await attempt_progress(self.client, job_id, last.attempt)
+            if progress is None:
+                return None
+            return JobProgress(
+                **memo.model_dump(exclude={"transitions"}),
+                **last.model_dump(),
+                event=PROGRESS_EVENT,
+                id=job_id,
+                progress=progress,
+            )
+
+        read_now = await asyncio.gather(*(read(job_id, memo) for job_id, memo in running))
+        for event in read_now:
+            # Checked again: the stream may have sent the job's end during the reads.
+            if event is not None and self._shown(event.id, event):
+                for subscriber in list(self._subscribers):
+                    subscriber.offer_progress(event)
+        self._progress_token = listing.next_page_token
+        self._progress_seen.update(job_id for job_id, _ in running)
+        if self._progress_token is None:
+            # Every running job was listed once: forget the marks of the others.
+            for subscriber in self._subscribers:
+                for job_id in subscriber.progress.keys() - self._progress_seen:
+                    del subscriber.progress[job_id]
+            self._progress_seen.clear()
+
+    def _shown(self, job_id: str, transition: Transition) -> bool:
+        """Whether the stream has sent `transition` as the job's latest (or began after
+        it): not when visibility shows it early, nor when the stream is past it."""
+        sent = self._sent.get(job_id)
+        if sent is not None:
+            return sent[0] == transition.seq
+        return EventKey(transition.ts, job_id, transition.seq) <= (self._start or self.cursor)
+
     def _emit(self, event: JobEvent) -> None:
         finished = event.status in (
             JobStatus.COMPLETED,
@@ -287,12 +450,19 @@ class EventFeed:
         return events
 
     async def subscribe(
-        self, accepts: Callable[[JobEvent], bool], last_event_id: str | None
+        self,
+        accepts: Callable[[JobEvent], bool],
+        last_event_id: str | None,
+        progress: ProgressSettings | None = None,
     ) -> AsyncIterator[JobEvent]:
-        """Events for one client: what it missed (after Last-Event-ID), then live ones."""
+        """Events for one client: what it missed (after Last-Event-ID), then live ones,
+        with running jobs' progress (`JobProgress`, read as `progress` says) among them."""
+        if progress is not None:
+            self.progress = progress
         self.start()
         subscriber = Subscriber(asyncio.Queue(self.settings.queue_max), accepts)
         self._subscribers.add(subscriber)
+        self._watch_progress()
         try:
             resume = EventKey.parse(last_event_id) if last_event_id else None
             caught: set[EventKey] = set()
@@ -305,9 +475,13 @@ class EventFeed:
                 live = await subscriber.queue.get()
                 if live is None:
                     return  # overflowed: the client reconnects with its Last-Event-ID
+                if isinstance(live, JobProgress):
+                    yield live  # no place in the ordered stream: nothing to skip
+                    continue
                 key = key_of(live)
                 if resume is not None and (key <= resume or key in caught):
                     continue  # the client has it already
                 yield live
         finally:
             self._subscribers.discard(subscriber)
+            self._unwatch_progress()

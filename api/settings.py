@@ -38,6 +38,16 @@ class ApiSettings(BaseSettings):
     events_require_token: bool = Field(default=False, validation_alias="EVENTS_REQUIRE_TOKEN")
     events_poll_ms: int = Field(default=100, ge=10, le=10_000, validation_alias="EVENTS_POLL_MS")
     events_settle_ms: int = Field(default=150, ge=0, le=60_000, validation_alias="EVENTS_SETTLE_MS")
+    # `job:progress` on the event stream: while a client is connected, the heartbeat of
+    # at most this many running jobs is read per PROGRESS_PUBLISH_MS (the workers' own
+    # setting: their progress reaches Temporal at most that often); beyond it the running
+    # jobs are read in turns (api/event_feed.py).
+    progress_publish_ms: int = Field(
+        default=1000, ge=100, le=60_000, validation_alias="PROGRESS_PUBLISH_MS"
+    )
+    events_progress_max_jobs: int = Field(
+        default=100, ge=1, le=1000, validation_alias="EVENTS_PROGRESS_MAX_JOBS"
+    )
     temporal_retry_ms: int = Field(
         default=2000, ge=0, le=60_000, validation_alias="API_TEMPORAL_RETRY_MS"
     )

@@ -1,8 +1,10 @@
 """The job detail's controls in a real (headless) Chromium against real API and worker
-processes: a running job's progress bar, its log view, and the Stop button."""
+processes: a running job's progress bar (moved by job:progress events, in its row too),
+its log view, and the Stop button."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,43 @@ def test_a_running_jobs_progress_and_log_lines_show_and_follow_it(
     # Each line once: the view read on from where it was, not from the start again.
     expect(page.locator("#log-lines .log-line", has_text="first out")).to_have_count(1)
     expect(page.locator("#log-lines .log-line", has_text="late err")).to_have_count(1)
+
+
+def test_a_running_jobs_progress_bars_move_with_the_event_stream(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
+) -> None:
+    gate = str(tmp_path / "gate")
+    job_id = api.submit(**make_solver(TALKING_SOLVER).spec(job_type, params={"gate": gate}))
+    job_when(
+        api,
+        job_id,
+        lambda j: j["status"] == "running" and (j["progress"] or {}).get("fraction") == 0.4,
+        "the job running with its first progress",
+    )
+    sign_in(page, api, job_type=job_type)
+    # A page of rows carries no progress: the row's bar comes from the stream.
+    row_bar = row(page, job_id).locator(".row-progress")
+    expect(row_bar).to_have_attribute("data-fraction", "0.4", timeout=LIVE_TIMEOUT_MS)
+    expect(row_bar).to_have_attribute("title", "40% · crunching numbers")
+    row(page, job_id).click()
+    expect(page.locator("#detail-progress")).to_have_attribute("data-fraction", "0.4")
+
+    # From now on the job cannot be read: only job:progress events can move the bars.
+    job_url = re.compile(rf"/api/jobs/{job_id}$")
+    page.route(job_url, lambda route: route.abort())
+    Path(gate + ".1").touch()
+    expect(page.locator("#detail-progress")).to_have_attribute(
+        "data-fraction", "0.8", timeout=LIVE_TIMEOUT_MS
+    )
+    expect(page.locator("#detail-progress-message")).to_have_text("almost there")
+    expect(page.locator("#detail-progress-percent")).to_have_text("80%")
+    expect(row_bar).to_have_attribute("data-fraction", "0.8")
+    page.unroute(job_url)
+
+    Path(gate + ".2").touch()
+    expect(row(page, job_id)).to_have_attribute("data-status", "completed", timeout=LIVE_TIMEOUT_MS)
+    expect(row_bar).to_have_count(0)
+    expect(page.locator("#detail-progress")).to_have_count(0)
 
 
 def test_the_stop_button_stops_a_running_job(

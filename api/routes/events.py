@@ -14,7 +14,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
 from api.deps import Authorized, ConfigDep, FeedDep, bearer_ok
-from api.event_feed import JobEvent, key_of
+from api.event_feed import JobEvent, JobProgress, ProgressSettings, key_of
 from workflows.errors import InvalidField, Unauthorized
 from workflows.models import TYPE_PATTERN, JobStatus
 
@@ -92,14 +92,25 @@ def event_filter(
 )
 async def job_events(
     feed: FeedDep,
+    config: ConfigDep,
     accepts: Annotated[Callable[[JobEvent], bool], Depends(event_filter)],
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=200)] = None,
 ) -> AsyncIterable[ServerSentEvent]:
     """Every job transition, per job in order; resumable with `Last-Event-ID`.
 
     Events: job:created, job:assigned, job:running, job:completed, job:failed,
-    job:pending (re-queued), job:quarantined, job:cancelled. Open unless the API runs
-    with EVENTS_REQUIRE_TOKEN=true (then a bearer token or `?token=` stream token).
+    job:pending (re-queued), job:quarantined, job:cancelled, job:stop_requested,
+    job:stopped; and job:progress, a running job's progress when it changed (at most
+    once per PROGRESS_PUBLISH_MS per job, live only: no id, not replayed on resume).
+    Open unless the API runs with EVENTS_REQUIRE_TOKEN=true (then a bearer token or
+    `?token=` stream token).
     """
-    async for event in feed.subscribe(accepts, last_event_id):
-        yield ServerSentEvent(event=event.event, id=key_of(event).encode(), data=event)
+    progress = ProgressSettings(
+        every_ms=config.api.progress_publish_ms, max_jobs=config.api.events_progress_max_jobs
+    )
+    async for event in feed.subscribe(accepts, last_event_id, progress):
+        if isinstance(event, JobProgress):
+            # No id: the client's Last-Event-ID stays on the last transition it got.
+            yield ServerSentEvent(event=event.event, data=event)
+        else:
+            yield ServerSentEvent(event=event.event, id=key_of(event).encode(), data=event)

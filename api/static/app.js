@@ -1,5 +1,6 @@
 // jobforge dashboard: plain JS, no build step. One page of jobs at a time, kept live
 // from the server-sent event stream; counts and page 1 are re-read (throttled) after events.
+// Running jobs' progress bars (their rows, the open detail) move with `job:progress` events.
 // The side panels (fleet, groups, pools, targets) are re-read every PANELS_EVERY_MS, one
 // list call each, while the tab is visible.
 "use strict";
@@ -13,7 +14,7 @@ const STATUSES = [
 const EVENT_NAMES = [
   "job:created", "job:assigned", "job:running", "job:completed",
   "job:failed", "job:pending", "job:quarantined", "job:cancelled",
-  "job:stop_requested", "job:stopped",
+  "job:stop_requested", "job:stopped", "job:progress",
 ];
 const CANCELLABLE = new Set(["pending", "assigned"]);
 // POST /api/jobs/{id}/stop: a pending or assigned job is cancelled, a running one stopped.
@@ -52,6 +53,7 @@ const state = {
   nextToken: null,
   rows: new Map(), // job id → {job, tr} on screen
   latest: new Map(), // job id → its latest event (bounded), laid over fetched rows
+  progress: new Map(), // job id → {attempt, progress} of its live attempt (bounded)
   queued: [], // events waiting for the next flush
   generation: 0, // bumped on each page load, so a stale answer is dropped
   pageDirty: false, // page 1 membership changed locally: re-read it
@@ -434,7 +436,8 @@ function fillRow(tr, job) {
   set("id", job.id, job.id);
   set("type", job.type);
   set("priority", job.priority);
-  set("status", badge(job));
+  const bar = rowProgress(job);
+  set("status", bar ? h("span", { class: "status-cell" }, badge(job), bar) : badge(job));
   set("attempts", job.attempts);
   set("worker", job.worker_id || "—");
   set("created", formatTime(job.created_at), new Date(job.created_at).toISOString());
@@ -470,9 +473,47 @@ function remember(event) {
   if (state.latest.size > LATEST_KEEP) state.latest.delete(state.latest.keys().next().value);
 }
 
+// Whether `progress` is at least as recent as `current` (either may be missing).
+function newer(progress, current) {
+  return Boolean(progress) && (!current || (progress.at || 0) >= (current.at || 0));
+}
+
+// Keep a live attempt's progress, from a job:progress event or a read of the job; the
+// freshest wins.
+function keepProgress(id, attempt, progress) {
+  const known = state.progress.get(id);
+  if (known && known.attempt === attempt && !newer(progress, known.progress)) return known;
+  state.progress.delete(id);
+  state.progress.set(id, { attempt, progress });
+  if (state.progress.size > LATEST_KEEP) state.progress.delete(state.progress.keys().next().value);
+  return state.progress.get(id);
+}
+
+// A job:progress event: the row's bar and, if the job is open, the detail's, in place
+// (no read of the job).
+function showProgress(event) {
+  const kept = keepProgress(event.id, event.attempt, event.progress);
+  const shown = state.rows.get(event.id);
+  if (shown) fillRow(shown.tr, shown.job);
+  const detail = state.detail;
+  if (!detail || detail.id !== event.id || state.selected !== event.id) return;
+  if (!LIVE.has(detail.status) || detail.attempt !== kept.attempt) return;
+  if (!newer(kept.progress, detail.progress)) return;
+  detail.progress = kept.progress;
+  const bar = $("#detail-progress");
+  if (bar) bar.replaceWith(progressBar(detail));
+}
+
 // Rows on screen change in place. Jobs new to page 1 are gathered in `fresh` first,
 // so a burst of thousands of jobs builds at most one page of rows.
 function handleEvent(event, fresh) {
+  if (event.event === "job:progress") {
+    showProgress(event);
+    return;
+  }
+  // A transition ends what the attempt said of its progress; after a stop request the
+  // solver still runs (and reports) until it is killed.
+  if (event.status !== "stop_requested") state.progress.delete(event.id);
   remember(event);
   if (event.id === state.selected) detailSoon();
   const shown = state.rows.get(event.id);
@@ -619,6 +660,11 @@ async function loadDetail(id) {
     return;
   }
   state.detail = await response.json();
+  if (LIVE.has(state.detail.status) && state.detail.progress) {
+    // A job:progress event may have brought a later one than this read.
+    const kept = keepProgress(id, state.detail.attempt, state.detail.progress);
+    state.detail.progress = kept.progress;
+  }
   const { target } = state.detail;
   if (state.selected === id) renderDetail(state.detail);
   // The detail is authoritative: bring the row up to date too.
@@ -763,8 +809,28 @@ function renderDetail(job) {
   followLog(job);
 }
 
+function percentOf(progress) {
+  return Math.round(progress.fraction * 1000) / 10;
+}
+
+// A row's progress: a small bar in its status cell while the job is live and has told it.
+function rowProgress(job) {
+  const known = LIVE.has(job.status) ? state.progress.get(job.id) : null;
+  if (!known) return null;
+  const percent = percentOf(known.progress);
+  const fill = h("span", { class: "fill" });
+  fill.style.width = `${percent}%`;
+  const { message } = known.progress;
+  return h("span", {
+    class: "bar row-progress", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100",
+    "aria-valuenow": String(percent), "aria-label": "Progress",
+    "data-fraction": String(known.progress.fraction),
+    title: message ? `${percent}% · ${message}` : `${percent}%`,
+  }, fill);
+}
+
 // A live attempt's last progress (`JOBFORGE_PROGRESS <fraction> [message]` from its
-// solver), as read with the detail.
+// solver), as read with the detail and moved by job:progress events.
 function progressBar(job) {
   if (!LIVE.has(job.status)) return false;
   const { progress } = job;
@@ -772,7 +838,7 @@ function progressBar(job) {
     return h("p", { id: "detail-progress", class: "muted small", "data-fraction": "" },
              "No progress reported yet.");
   }
-  const percent = Math.round(progress.fraction * 1000) / 10;
+  const percent = percentOf(progress);
   const fill = h("span", { class: "fill" });
   fill.style.width = `${percent}%`;
   return h(
@@ -1295,9 +1361,10 @@ function poolItem(p) {
 
 async function refreshPanels() {
   // A pending job's detail can change with no event of its own (its group paused from
-  // the CLI, its target halted by another job), and so does a live one's (its progress
-  // and heartbeat are read live): one more read for it, not one per row. Any other open
-  // job's group and target come from the panels' lists.
+  // the CLI, its target halted by another job), and so does a live one's (its heartbeat
+  // and lease are read live; its progress also comes as job:progress events): one more
+  // read for it, not one per row. Any other open job's group and target come from the
+  // panels' lists.
   const open = state.detail && state.detail.id === state.selected ? state.detail : null;
   const detail = open && (open.status === "pending" || LIVE.has(open.status))
     ? () => loadDetail(open.id) : null;
