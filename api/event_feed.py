@@ -22,12 +22,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
 from api.job_service import JobService
@@ -292,6 +292,10 @@ class EventFeed:
                 if transition.seq <= last_seq:
                     continue
                 key = EventKey(transition.ts, job_id, transition.seq)
+                if key <= start:
+                    # Before the feed began: never sent, and no measure of the lag (its
+                    # age would grow the settle window and the look-back each tick).
+                    continue
                 if key not in self._waiting:
                     # Visibility lag: how old a transition is when we first see it.
                     lag = max(lag, now - transition.ts)
@@ -349,12 +353,11 @@ class EventFeed:
         A job is read only once the stream has sent the transition that made it
         running, so its progress never comes before its `job:running`."""
         token, self._progress_token = self._progress_token, None
-        listing = self.client.list_workflows(
-            RUNNING_JOBS, page_size=self.progress.max_jobs, next_page_token=token
-        )
-        await listing.fetch_next_page()
+        page, next_token = await self._running_page(token)
+        if not page and token is not None:
+            page, next_token = await self._running_page(None)  # past the end: start over
         running: list[tuple[str, EventsMemo]] = []
-        for execution in listing.current_page or []:
+        for execution in page:
             raw = (await execution.memo()).get(EVENTS_MEMO)
             if raw is None:
                 continue
@@ -383,7 +386,7 @@ class EventFeed:
             if event is not None and self._shown(event.id, event):
                 for subscriber in list(self._subscribers):
                     subscriber.offer_progress(event)
-        self._progress_token = listing.next_page_token
+        self._progress_token = next_token
         self._progress_seen.update(job_id for job_id, _ in running)
         if self._progress_token is None:
             # Every running job was listed once: forget the marks of the others.
@@ -391,6 +394,16 @@ class EventFeed:
                 for job_id in subscriber.progress.keys() - self._progress_seen:
                     del subscriber.progress[job_id]
             self._progress_seen.clear()
+
+    async def _running_page(
+        self, token: bytes | None
+    ) -> tuple[Sequence[WorkflowExecution], bytes | None]:
+        """One page of running jobs from `token`, and the token of the next."""
+        listing = self.client.list_workflows(
+            RUNNING_JOBS, page_size=self.progress.max_jobs, next_page_token=token
+        )
+        await listing.fetch_next_page()
+        return listing.current_page or [], listing.next_page_token
 
     def _shown(self, job_id: str, transition: Transition) -> bool:
         """Whether the stream has sent `transition` as the job's latest (or began after

@@ -1,23 +1,30 @@
 """`job:progress` on the event stream, process level: a native worker's solver writes
 progress lines, an agent sends progress in its heartbeat, and SSE clients of a real API
 get each job's progress when it changed, at most once per PROGRESS_PUBLISH_MS, live only
-(no event id)."""
+(no event id); beyond EVENTS_PROGRESS_MAX_JOBS running jobs are read in turns. One
+in-process test: a feed that starts after other jobs ran does not hold events back
+(a job's progress waits for its job:running)."""
 
 from __future__ import annotations
 
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from temporalio.client import Client
 
+from api.event_feed import EventFeed
+from api.job_service import JobService
 from bench.harness import Proc, wait_until
 from tests.conftest import Api, Solver
 from tests.helpers import Collector, Sse
+from workflows.models import EventsMemo, JobStatus, Transition
+from workflows.names import EVENTS_MEMO
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
@@ -208,8 +215,9 @@ def test_a_client_gets_a_jobs_current_progress_once_and_then_each_change(
 
 @dataclass
 class FastHub:
-    """An API reading progress once a second, and a native worker that sends it to
-    Temporal ten times a second, on activity queues of their own."""
+    """An API reading progress once a second, one running job per round, and a native
+    worker (two jobs at once) that sends it to Temporal ten times a second, on activity
+    queues of their own."""
 
     api: Api
     worker: Proc
@@ -224,9 +232,14 @@ def fast_hub(
 ) -> Iterator[FastHub]:
     prefix = f"progress-events-{uuid.uuid4().hex[:8]}-"
     job_type = f"t-{uuid.uuid4().hex[:12]}"
-    api = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=prefix, PROGRESS_PUBLISH_MS="1000")
+    api = start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=prefix,
+        PROGRESS_PUBLISH_MS="1000",
+        EVENTS_PROGRESS_MAX_JOBS="1",
+    )
     worker = start_worker(
         WORKER_RUN_WORKFLOWS="false",
+        WORKER_CORES="2",
         WORKER_TYPES=job_type,
         TEMPORAL_ACTIVITY_QUEUE_PREFIX=prefix,
         PROGRESS_PUBLISH_MS="100",
@@ -257,6 +270,24 @@ def test_the_stream_sends_a_jobs_progress_at_most_once_per_progress_publish_ms(
         - events[names.index("job:running")].data["ts"]
     ) / 1000
     assert len(progress) <= ran_s + 1, (len(progress), ran_s)
+
+
+def test_beyond_the_cap_running_jobs_are_read_in_turns(
+    fast_hub: FastHub, make_solver: Callable[[str], Solver]
+) -> None:
+    api = fast_hub.api
+    stream = Stream(api, fast_hub.job_type, lambda _: False)
+    stream.start()
+    solver = make_solver(STEADY_SOLVER)
+    ids = [api.submit(**solver.spec(fast_hub.job_type, params={"n": n})) for n in range(2)]
+    stream.done = lambda events: all(completed(job_id)(events) for job_id in ids)
+    stream.finish()
+    for job_id in ids:
+        arrivals = [at for at, sse in stream.progress() if sse.job_id == job_id]
+        # One job per round, two running: each is read every other second.
+        assert arrivals, job_id
+        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+        assert not gaps or min(gaps) >= 1.5, gaps
 
 
 def test_an_agents_progress_is_sent_when_it_changes_not_on_every_heartbeat(
@@ -311,3 +342,50 @@ def test_an_agents_progress_is_sent_when_it_changes_not_on_every_heartbeat(
     stream.finish()
     gate.touch()
     assert mine() == [0.5, 0.75]
+
+
+# -- in process -------------------------------------------------------------------------
+
+
+@dataclass
+class Listed:
+    """A job as a visibility listing shows it."""
+
+    id: str
+    transitions: list[Transition]
+
+    async def memo(self) -> dict[str, Any]:
+        memo = EventsMemo(type="t", priority=0, created_at=0, transitions=self.transitions)
+        return {EVENTS_MEMO: memo.model_dump(mode="json")}
+
+
+class Visibility:
+    """Stands in for the client: every listing shows `rows`."""
+
+    def __init__(self, rows: list[Listed]) -> None:
+        self.rows = rows
+
+    async def _rows(self) -> AsyncIterator[Listed]:
+        for row in self.rows:
+            yield row
+
+    def list_workflows(self, _query: str) -> AsyncIterator[Listed]:
+        return self._rows()
+
+
+async def test_jobs_that_ran_before_the_feed_started_do_not_delay_its_events() -> None:
+    now = int(time.time() * 1000)
+    before = Listed(
+        "earlier",
+        [
+            Transition(seq=1, status=JobStatus.PENDING, ts=now - 9000, attempt=0),
+            Transition(seq=2, status=JobStatus.COMPLETED, ts=now - 8000, attempt=1),
+        ],
+    )
+    feed = EventFeed(cast(Client, Visibility([before])), cast(JobService, None))
+    for _ in range(20):
+        await feed.tick()
+    # Their transitions are never sent, and their age is not visibility lag: the settle
+    # window (and the look-back) stay as set, so a new job's job:running, and then its
+    # progress, come out at once.
+    assert feed.lag_ms == 0
