@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.claim_latency
 	$(BIN)/python -m bench.event_latency
 	$(BIN)/python -m bench.gates
+	$(BIN)/python -m bench.progress
 
 clean:
 	rm -rf $(VENV) .jobforge .pytest_cache .mypy_cache .ruff_cache
