@@ -37,7 +37,7 @@ from engine import log_store
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.directory import known_job_types, register_job_type
-from engine.gates import Gates
+from engine.gates import Admitted, Gates
 from engine.log_store import LogSettings
 from engine.solver_urls import SolverUrlRefused, SolverUrlSettings, check_host, url_problem
 from workflows import search_attributes
@@ -135,12 +135,20 @@ class JobService:
             raise InvalidField("deadline_at", "is in the past")
         gated = spec.group is not None or spec.pool is not None or spec.target is not None
         holds = spec.group is not None or spec.target is not None
-        if spec.admission == "reject" and spec.pool is not None:
-            admission = await self._gates.reserve(job_id, spec, created)
-            if admission.reason == "cost_above_capacity":
-                raise InvalidField("cost_units", f"is above pool {spec.pool}'s capacity")
-            if not admission.admitted:
-                raise PoolFull(spec.pool, admission.reason or "pool_full", admission.retry_after_s)
+        admitted = Admitted()
+        start_later = spec.earliest_start_at is not None and spec.earliest_start_at > created
+        if gated and not (start_later and spec.admission != "reject"):
+            # Leases that are free now are granted before the job starts (it then holds
+            # them from its first task); its place at the others is queued. A job with
+            # a start time still to come asks when that time comes (an admission-only
+            # pool answers now, and its lease is kept for the job).
+            admitted = await self._gates.admit(job_id, spec, created, pool_only=start_later)
+            refused = admitted.refused
+            if refused is not None:
+                assert spec.pool is not None
+                if refused.reason == "cost_above_capacity":
+                    raise InvalidField("cost_units", f"is above pool {spec.pool}'s capacity")
+                raise PoolFull(spec.pool, refused.reason or "pool_full", refused.retry_after_s)
         inp = JobInput(
             id=job_id,
             spec=spec,
@@ -152,6 +160,8 @@ class JobService:
             requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
             gates=self._gates.of(spec),
             gate_defaults=self._settings.gate_defaults() if gated else None,
+            granted=admitted.granted,
+            gate_weight=admitted.weight,
         )
         job = pending_job(inp)
         start = self._client.start_workflow(
@@ -178,10 +188,10 @@ class JobService:
             if not idempotency_key:
                 raise
         else:
-            if gated and (spec.earliest_start_at is None or spec.earliest_start_at <= created):
-                # Its place at each gate, in submission order (a job with a start time
-                # takes its place when that time comes).
-                await self._gates.enqueue(job_id, spec, created)
+            if admitted.later:
+                # Its place at the gates after the one that queued it, in submission
+                # order.
+                await self._gates.enqueue(job_id, spec, created, admitted.later)
         if idempotency_key:
             existing = await self.get(job_id)
             if JobSpec.model_validate(existing.model_dump(include=SPEC_FIELDS)) != spec:

@@ -30,6 +30,7 @@ from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GatePatch, GateSettings, GateView, TargetResume
 from workflows.job_workflow import JobWorkflow
 from workflows.models import AttemptInput, AttemptResult, Job, JobSpec, JobStatus, WaitingFor
+from workflows.names import GRANT_SIGNAL, RELEASE_SIGNAL
 
 HOLD_MS = 600_000
 
@@ -55,13 +56,20 @@ async def submit(
     *,
     unserved: bool = False,
     hold_ms: int = HOLD_MS,
+    admit: bool = True,
     **fields: object,
 ) -> JobHandle:
     spec = JobSpec.model_validate({"type": "in-process", **fields})
     queue = f"unserved-{uuid.uuid4().hex[:8]}" if unserved else None
     return await harness.submit(
-        spec=spec, gates=gates, activity_task_queue=queue, requeue_hold_ms=hold_ms
+        spec=spec, gates=gates, activity_task_queue=queue, requeue_hold_ms=hold_ms, admit=admit
     )
+
+
+# Both ways a job comes to hold a lease: granted at submit (the API's way), or asked for
+# by the job once it runs (a job queued behind others, or one submitted before grants at
+# submit existed).
+ADMIT = pytest.mark.parametrize("admit", [True, False], ids=["granted-at-submit", "asked"])
 
 
 async def gate_until(gates: Gates, kind: GateKind, key: str, check: object, what: str) -> GateView:
@@ -102,6 +110,91 @@ async def test_a_job_with_no_scheduling_field_takes_the_plain_path(harness: Harn
     assert EventType.EVENT_TYPE_MARKER_RECORDED in await history_event_types(gated)
 
 
+# -- leases granted at submit -------------------------------------------------------------
+
+
+async def test_a_job_whose_leases_are_free_at_submit_starts_holding_them(
+    harness: Harness,
+) -> None:
+    gates = gates_for(harness)
+    handle = await submit(harness, gates, target="site/a", group="g", pool="p", cost_units=2)
+    await harness.wait_status(handle, JobStatus.COMPLETED)
+    history = (await handle.fetch_history()).events
+    events = [event.event_type for event in history]
+    # No request to a gate and no grant from one: only the three leases given back.
+    signals = [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in history
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    assert GRANT_SIGNAL not in signals
+    sent = [
+        e.signal_external_workflow_execution_initiated_event_attributes.signal_name
+        for e in history
+        if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    ]
+    assert sent == [RELEASE_SIGNAL] * 3
+    assert events.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 1
+    for kind, key in ((GateKind.TARGET, "site/a"), (GateKind.GROUP, "g"), (GateKind.POOL, "p")):
+        view = await gate_until(gates, kind, key, lambda v: v.in_use == 0, f"{kind} given back")
+        assert view.waiting == 0
+
+
+async def test_a_gate_admits_what_fits_queues_the_rest_and_refuses_only_when_asked(
+    harness: Harness,
+) -> None:
+    gates = gates_for(harness, capacity=2)
+    first = JobSpec(type="in-process", pool="p", cost_units=2)
+    admitted = await gates.admit("job-a", first, now_ms())
+    assert admitted.granted == [gates.ref(GateKind.POOL, "p").workflow_id]
+    # A repeated submit of a holder keeps its lease; nothing is counted twice.
+    assert (await gates.admit("job-a", first, now_ms())).granted == admitted.granted
+    queued = await gates.admit("job-b", first, now_ms())
+    assert (queued.granted, queued.refused) == ([], None)
+    reject = JobSpec(type="in-process", pool="p", admission="reject")
+    refused = await gates.admit("job-c", reject, now_ms())
+    assert refused.refused is not None and refused.refused.reason == "pool_full"
+    too_big = reject.model_copy(update={"cost_units": 3})
+    refused = await gates.admit("job-d", too_big, now_ms())
+    assert refused.refused is not None and refused.refused.reason == "cost_above_capacity"
+    view = await gates.view(GateKind.POOL, "p")
+    assert view is not None
+    # Queued unready: granted only once its job runs and asks.
+    assert (view.in_use, view.holders, view.waiting, view.head) == (2, ["job-a"], 1, "job-b")
+
+
+async def test_admissions_that_reach_a_gate_at_once_share_one_update(harness: Harness) -> None:
+    gates = gates_for(harness, capacity=1_000)
+    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1_000))
+    specs = [JobSpec(type="in-process", pool="p") for _ in range(40)]
+    answers = await asyncio.gather(
+        *(gates.admit(f"job-{i}", spec, now_ms()) for i, spec in enumerate(specs))
+    )
+    assert all(len(a.granted) == 1 for a in answers)
+    handle = harness.client.get_workflow_handle(gates.ref(GateKind.POOL, "p").workflow_id)
+    events = [e.event_type for e in (await handle.fetch_history()).events]
+    updates = events.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+    # The configure, then the first admission alone, then what came meanwhile.
+    assert 2 <= updates < 10, updates
+
+
+async def test_admissions_reaching_a_gate_as_it_continues_as_new_are_all_answered(
+    harness: Harness,
+) -> None:
+    # An update that reaches a gate in the task where it continues as new fails with
+    # WorkflowNotReady; admissions are idempotent and sent again (engine/gates.py).
+    gates = gates_for(harness, history_limit=60, capacity=1_000)
+    spec = JobSpec(type="in-process", pool="p", group="g")
+    for _ in range(2):
+        handles = await asyncio.gather(*(harness.submit(spec=spec, gates=gates) for _ in range(30)))
+        for handle in handles:
+            await harness.wait_status(handle, JobStatus.COMPLETED)
+    pool_id = gates.ref(GateKind.POOL, "p").workflow_id
+    runs = [r async for r in harness.client.list_workflows(f"WorkflowId = '{pool_id}'")]
+    assert len(runs) > 1, "the pool gate never continued as new"
+    await gate_until(gates, GateKind.POOL, "p", lambda v: v.in_use == 0, "every lease back")
+
+
 # -- groups ------------------------------------------------------------------------------
 
 
@@ -122,13 +215,16 @@ async def test_a_paused_group_assigns_nothing_until_resumed(harness: Harness) ->
     assert job.waiting_for is None
 
 
-async def test_a_pause_recalls_unclaimed_leases_and_keeps_claimed_ones(harness: Harness) -> None:
+@ADMIT
+async def test_a_pause_recalls_unclaimed_leases_and_keeps_claimed_ones(
+    harness: Harness, admit: bool
+) -> None:
     gates = gates_for(harness)
     release = asyncio.Event()
     harness.stand_in.default = harness.stand_in.hold(release)
-    running = await submit(harness, gates, group="g")
+    running = await submit(harness, gates, group="g", admit=admit)
     await harness.wait_status(running, JobStatus.RUNNING)
-    queued = await submit(harness, gates, group="g", unserved=True)
+    queued = await submit(harness, gates, group="g", unserved=True, admit=admit)
     await gate_until(gates, GateKind.GROUP, "g", lambda v: len(v.holders) == 2, "two leases")
 
     view = await gates.pause(GateKind.GROUP, "g")
@@ -199,16 +295,17 @@ async def test_only_a_held_quarantined_job_can_be_requeued(harness: Harness) -> 
 # -- pools -------------------------------------------------------------------------------
 
 
+@ADMIT
 async def test_a_pool_never_leases_more_than_its_capacity_and_its_head_reserves(
-    harness: Harness,
+    harness: Harness, admit: bool
 ) -> None:
     gates = gates_for(harness, capacity=3)
     release = asyncio.Event()
     harness.stand_in.default = harness.stand_in.hold(release)
-    big = await submit(harness, gates, pool="p", cost_units=2)
+    big = await submit(harness, gates, pool="p", cost_units=2, admit=admit)
     await harness.wait_status(big, JobStatus.RUNNING)
-    head = await submit(harness, gates, pool="p", cost_units=2)
-    small = await submit(harness, gates, pool="p", cost_units=1)
+    head = await submit(harness, gates, pool="p", cost_units=2, admit=admit)
+    small = await submit(harness, gates, pool="p", cost_units=1, admit=admit)
     view = await gate_until(
         gates, GateKind.POOL, "p", lambda v: v.waiting == 2, "both queued behind the first"
     )
@@ -298,9 +395,12 @@ async def test_a_waiting_job_that_is_cancelled_leaves_the_queue(harness: Harness
 # -- targets -----------------------------------------------------------------------------
 
 
-async def test_a_targets_jobs_run_one_at_a_time_in_submission_order(harness: Harness) -> None:
+@ADMIT
+async def test_a_targets_jobs_run_one_at_a_time_in_submission_order(
+    harness: Harness, admit: bool
+) -> None:
     gates = gates_for(harness)
-    handles = [await submit(harness, gates, target="site/t1") for _ in range(4)]
+    handles = [await submit(harness, gates, target="site/t1", admit=admit) for _ in range(4)]
     jobs = [await harness.wait_status(h, JobStatus.COMPLETED) for h in handles]
     assert harness.stand_in.jobs == [h.id for h in handles]
     for earlier, later in itertools.pairwise(jobs):

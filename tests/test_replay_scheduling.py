@@ -7,7 +7,13 @@ activity (tests/workflow_harness.py). Record them afresh only for a new, version
 
     JOBFORGE_RECORD_HISTORIES=1 .venv/bin/pytest tests/test_replay_scheduling.py
 
-Without that variable only the committed files are replayed (no server needed).
+Without that variable only the committed files are replayed (no server needed). Only
+the newest set is recorded; earlier sets came from the recorder as it was when they were
+committed (see git history).
+
+- `-v1`: every lease asked for by the job and granted by signal (SCHEDULING_PATCH).
+- `-v2`: leases granted at submit (GRANTED_AT_SUBMIT_PATCH): the job starts holding
+  them, and gives them back or has them recalled as before.
 """
 
 from __future__ import annotations
@@ -25,27 +31,45 @@ from temporalio.worker import Replayer
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
-from tests.workflow_harness import Harness, now_ms, running_harness
+from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows.gate_models import GateKind, GatePatch, GateSettings, TargetResume
+from workflows.gate_models import GateKind, GateSettings
 from workflows.gate_workflow import GateWorkflow
-from workflows.job_workflow import SCHEDULING_PATCH, JobWorkflow
+from workflows.job_workflow import GRANTED_AT_SUBMIT_PATCH, SCHEDULING_PATCH, JobWorkflow
 from workflows.models import AttemptInput, AttemptResult, JobSpec, JobStatus
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v1"
+SUFFIX = "-v2"  # the set the recorder writes
 
-# history kind → (workflow type, how its run ended)
-KINDS = {
-    "scheduled-group-pool-completed": ("JobWorkflow", "COMPLETED"),
-    "scheduled-target-requeued-completed": ("JobWorkflow", "COMPLETED"),
-    "scheduled-deadline-failed": ("JobWorkflow", "FAILED"),
-    "scheduled-start-time-cancelled": ("JobWorkflow", "CANCELED"),
-    "gate-group-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+# set → history kind → (workflow type, how its run ended)
+SETS = {
+    "-v1": {
+        "scheduled-group-pool-completed": ("JobWorkflow", "COMPLETED"),
+        "scheduled-target-requeued-completed": ("JobWorkflow", "COMPLETED"),
+        "scheduled-deadline-failed": ("JobWorkflow", "FAILED"),
+        "scheduled-start-time-cancelled": ("JobWorkflow", "CANCELED"),
+        "gate-group-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+    },
+    "-v2": {
+        "scheduled-granted-group-pool-completed": ("JobWorkflow", "COMPLETED"),
+        "scheduled-granted-recalled-cancelled": ("JobWorkflow", "CANCELED"),
+        "scheduled-granted-target-requeued-completed": ("JobWorkflow", "COMPLETED"),
+        "gate-pool-admitted-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+    },
 }
-NAMES = [f"{kind}{SUFFIX}" for kind in KINDS]
+PATCHES = {"-v1": SCHEDULING_PATCH, "-v2": GRANTED_AT_SUBMIT_PATCH}
+NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
+
+
+def kind_of(name: str) -> tuple[str, str]:
+    """A history's set and kind."""
+    for suffix, kinds in SETS.items():
+        kind = name.removesuffix(suffix)
+        if kind in kinds:
+            return suffix, kind
+    raise KeyError(name)
 
 
 def history_file(name: str) -> Path:
@@ -81,7 +105,8 @@ async def save(client: Client, workflow_id: str, name: str, run_id: str | None =
 
 @pytest.mark.skipif(not RECORD, reason="records only with JOBFORGE_RECORD_HISTORIES=1")
 async def test_recording_scheduled_histories_from_real_runs(harness: Harness) -> None:
-    for name in NAMES:
+    names = [f"{kind}{SUFFIX}" for kind in SETS[SUFFIX]]
+    for name in names:
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
     gates = Gates(client, harness.task_queue, GateSettings(history_limit=60))
@@ -97,20 +122,29 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
         )
         return handle.id
 
-    # A group + pool job, through a group that continues as new along the way.
-    await gates.configure(GateKind.GROUP, "g", GatePatch(max_parallel=1))
-    await gates.pause(GateKind.GROUP, "g")
+    # A group + pool job granted both leases at submit, through a pool that continues
+    # as new along the way.
     first = await submit(group="g", pool="p", cost_units=2)
-    await gates.resume(GateKind.GROUP, "g", TargetResume())
-    for _ in range(8):
-        await submit(group="g")
-    await save(client, first, f"scheduled-group-pool-completed{SUFFIX}")
-    gate_id = gates.ref(GateKind.GROUP, "g").workflow_id
-    runs = [e async for e in client.list_workflows(f"WorkflowId = '{gate_id}'")]
+    for _ in range(12):
+        await submit(pool="p")
+    await save(client, first, f"scheduled-granted-group-pool-completed{SUFFIX}")
+    pool_id = gates.ref(GateKind.POOL, "p").workflow_id
+    runs = [e async for e in client.list_workflows(f"WorkflowId = '{pool_id}'")]
     first_run = next(r for r in runs if r.status == WorkflowExecutionStatus.CONTINUED_AS_NEW)
-    await save(client, gate_id, f"gate-group-continued-as-new{SUFFIX}", first_run.run_id)
+    await save(client, pool_id, f"gate-pool-admitted-continued-as-new{SUFFIX}", first_run.run_id)
 
-    # A target job that fails, halts its target, is re-queued and completes.
+    # A job granted its group lease at submit, recalled by a pause before any worker
+    # claimed it, then cancelled while it waits.
+    recalled = await submit(group="r", unserved=True)
+    await gates.pause(GateKind.GROUP, "r")
+    handle = client.get_workflow_handle_for(JobWorkflow.run, recalled)
+    await harness.wait_for(handle, lambda j: j.waiting_for is not None, "recalled")
+    await handle.execute_update(JobWorkflow.cancel)
+    await handle.cancel()
+    await save(client, recalled, f"scheduled-granted-recalled-cancelled{SUFFIX}")
+
+    # A target job granted at submit that fails, halts its target, is re-queued and
+    # completes.
     fail = harness.stand_in.fail("solver_exit", "boom")
     succeed = harness.stand_in.succeed()
 
@@ -122,20 +156,7 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
     handle = client.get_workflow_handle_for(JobWorkflow.run, target_job)
     await harness.wait_status(handle, JobStatus.QUARANTINED)
     await handle.execute_update(JobWorkflow.requeue)
-    await save(client, target_job, f"scheduled-target-requeued-completed{SUFFIX}")
-    harness.stand_in.default = succeed
-
-    # A job nobody takes before its deadline.
-    late = await submit(unserved=True, deadline_at=now_ms() + 1500)
-    await save(client, late, f"scheduled-deadline-failed{SUFFIX}")
-
-    # A job cancelled while it waits for its start time.
-    later = await submit(earliest_start_at=now_ms() + 600_000)
-    handle = client.get_workflow_handle_for(JobWorkflow.run, later)
-    await harness.wait_for(handle, lambda j: j.waiting_for is not None, "waiting")
-    await handle.execute_update(JobWorkflow.cancel)
-    await handle.cancel()
-    await save(client, later, f"scheduled-start-time-cancelled{SUFFIX}")
+    await save(client, target_job, f"scheduled-granted-target-requeued-completed{SUFFIX}")
 
 
 # -- replay (always) --------------------------------------------------------------------
@@ -144,8 +165,8 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
 @pytest.mark.parametrize("name", NAMES)
 def test_each_scheduled_history_is_committed_and_of_its_kind(name: str) -> None:
     assert history_file(name).exists(), f"record {name} (see the module docstring)"
-    kind = name.removesuffix(SUFFIX)
-    workflow_type, outcome = KINDS[kind]
+    suffix, kind = kind_of(name)
+    workflow_type, outcome = SETS[suffix][kind]
     events = raw(name)["events"]
     assert isinstance(events, list)
     started = events[0]["workflowExecutionStartedEventAttributes"]
@@ -160,7 +181,8 @@ def test_each_scheduled_job_history_took_the_patched_path(name: str) -> None:
     markers = [e for e in events if e["eventType"] == "EVENT_TYPE_MARKER_RECORDED"]
     assert len(markers) == 1
     payload = markers[0]["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]
-    assert json.loads(base64.b64decode(payload["data"]))["id"] == SCHEDULING_PATCH
+    suffix, _ = kind_of(name)
+    assert json.loads(base64.b64decode(payload["data"]))["id"] == PATCHES[suffix]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from engine.gates import Gates
+from engine.gates import Admitted, Gates
 from tests.conftest import wait_until_async
 from worker.native import workflow_runner
 from workflows import search_attributes
@@ -174,16 +174,24 @@ class Harness:
         requeue_hold_ms: int = 0,
         gates: Gates | None = None,
         enqueue: bool = True,
+        admit: bool = True,
     ) -> JobHandle:
-        """Start a job as the API does: its input and initial search attributes, then
-        its place at its gates."""
+        """Start a job as the API does: the leases its gates grant at once, its input
+        and initial search attributes, then its place at the gates that queued it.
+        `admit=False` queues it at every gate after it starts instead (a job submitted
+        before leases were granted at submit, or one whose grants all came late)."""
         if spec is None:
             spec = JobSpec(
                 type="in-process", max_attempts=max_attempts, max_runtime_ms=max_runtime_ms
             )
         created = now_ms()
+        job_id = f"job-{uuid.uuid4().hex}"
+        start_later = spec.earliest_start_at is not None and spec.earliest_start_at > created
+        admitted = Admitted(later=gates.of(spec) if gates is not None and not start_later else [])
+        if gates is not None and enqueue and admit and not start_later:
+            admitted = await gates.admit(job_id, spec, created)
         inp = JobInput(
-            id=f"job-{uuid.uuid4().hex}",
+            id=job_id,
             spec=spec,
             created_at=created,
             priority_key=3,
@@ -191,6 +199,8 @@ class Harness:
             heartbeat_timeout_ms=heartbeat_timeout_ms,
             requeue_hold_ms=requeue_hold_ms,
             gates=gates.of(spec) if gates is not None else [],
+            granted=admitted.granted,
+            gate_weight=admitted.weight,
         )
         handle = await self.client.start_workflow(
             JobWorkflow.run,
@@ -199,8 +209,8 @@ class Harness:
             task_queue=self.task_queue,
             search_attributes=search_attributes.at_submit(spec.type, spec.priority, created),
         )
-        if gates is not None and enqueue:
-            await gates.enqueue(inp.id, spec, created)
+        if gates is not None and enqueue and admitted.later:
+            await gates.enqueue(inp.id, spec, created, admitted.later)
         self.handles.append(handle)
         return handle
 

@@ -68,6 +68,21 @@ def wait_for_port(port: int, deadline_s: float, process: subprocess.Popen[bytes]
     raise TimeoutError(f"nothing listened on port {port} within {deadline_s:g} s")
 
 
+def wait_healthy(address: str, deadline_s: float, process: subprocess.Popen[bytes]) -> None:
+    """Block until the frontend answers its health check as serving: it accepts
+    connections a moment before it serves ("Frontend is not healthy yet")."""
+    end = time.monotonic() + deadline_s
+    check = [temporal_binary(), "operator", "cluster", "health", "--address", address]
+    while time.monotonic() < end:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with code {process.returncode} before serving")
+        done = subprocess.run(check, capture_output=True, timeout=max(1.0, end - time.monotonic()))
+        if done.returncode == 0 and b"SERVING" in done.stdout:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{address} was not healthy within {deadline_s:g} s")
+
+
 @dataclass
 class DevServer:
     """A `temporal server start-dev` process on a SQLite file."""
@@ -122,7 +137,7 @@ class DevServer:
         return cmd
 
     def start(self, deadline_s: float = 60.0) -> None:
-        """Start it and wait until the frontend accepts connections.
+        """Start it and wait until the frontend serves.
 
         A port that something else already listens on is an error up front: waiting for
         "the port accepts" would otherwise succeed against the other listener. On any
@@ -145,7 +160,9 @@ class DevServer:
         )
         log.close()
         try:
+            started = time.monotonic()
             wait_for_port(self.port, deadline_s, self.process)
+            wait_healthy(self.address, deadline_s - (time.monotonic() - started), self.process)
         except BaseException:
             self.stop()
             raise

@@ -76,6 +76,29 @@ class Admission(BaseModel):
     retry_after_s: int = 0
 
 
+class AdmitRequest(BaseModel):
+    """The API asking a gate, at submit and before the job starts, to grant its lease
+    now if it fits (the job then starts holding it: no request or grant signal). One
+    that does not fit is queued unready, or refused when `reject` (a pool in
+    admission-only mode)."""
+
+    request: GateRequest
+    reject: bool = False
+
+
+class AdmitAnswer(BaseModel):
+    """A gate's answer to one AdmitRequest."""
+
+    granted: bool
+    # Not granted: queued (the job asks for it when it runs), or refused (`reject`, with
+    # why and when to try again), or neither (the job ended already: a repeated submit).
+    queued: bool = False
+    reason: str | None = None
+    retry_after_s: int = 0
+    # A group's fairness weight, as a grant carries it.
+    weight: float | None = None
+
+
 class GateSettings(BaseModel):
     """A gate's settings, changed at runtime by the `configure` update."""
 

@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate_models import (
         RETRY_AFTER_DEFAULT_S,
         Admission,
+        AdmitAnswer,
+        AdmitRequest,
         GateGrant,
         GateInput,
         GateKind,
@@ -37,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.names import (
         ACQUIRE_SIGNAL,
+        ADMIT_UPDATE,
         CONFIGURE_UPDATE,
         ENQUEUE_SIGNAL,
         GATE_MEMO,
@@ -187,7 +190,42 @@ class GateWorkflow:
             )
             self._dirty = True
             return Admission(admitted=True)
-        reason = "pool_full" if request.cost <= capacity else "cost_above_capacity"
+        return self._refusal(request)
+
+    @workflow.update(name=ADMIT_UPDATE)
+    def admit(self, batch: list[AdmitRequest]) -> list[AdmitAnswer]:
+        """Jobs about to start, in submission order (the API sends what reaches it at
+        once as one batch). Each is granted now if this gate would grant it as its
+        newest ready request, and the job starts holding the lease: no request or grant
+        signal. Otherwise it is queued unready (the job asks when it runs) or, with
+        `reject`, refused."""
+        now = _now_ms()
+        return [self._admit(item, now) for item in batch]
+
+    def _admit(self, item: AdmitRequest, now: int) -> AdmitAnswer:
+        job_id = item.request.job_id
+        if job_id in self._holders:  # a repeated submit of a job holding its lease
+            return AdmitAnswer(granted=True, weight=self._grant_for().weight)
+        if job_id in self._waiters:
+            return AdmitAnswer(granted=False, queued=True)
+        if job_id in self._released:  # a repeated submit of a job that ended
+            return AdmitAnswer(granted=False)
+        self._add(item.request.model_copy(update={"ready": True}))
+        self._grant(now, quiet=job_id)
+        if job_id in self._holders:
+            return AdmitAnswer(granted=True, weight=self._grant_for().weight)
+        waiter = self._waiters[job_id]
+        if not item.reject:
+            waiter.request = waiter.request.model_copy(update={"ready": False})
+            return AdmitAnswer(granted=False, queued=True)
+        del self._waiters[job_id]
+        refusal = self._refusal(item.request)
+        return AdmitAnswer(
+            granted=False, reason=refusal.reason, retry_after_s=refusal.retry_after_s
+        )
+
+    def _refusal(self, request: GateRequest) -> Admission:
+        reason = "pool_full" if request.cost <= self._settings.capacity else "cost_above_capacity"
         held_s = (self._lease_ms or RETRY_AFTER_DEFAULT_S * 1000) / 1000
         return Admission(
             admitted=False, reason=reason, retry_after_s=max(1, min(3600, round(held_s)))
@@ -281,7 +319,9 @@ class GateWorkflow:
 
         return sorted(waiters, key=rank)
 
-    def _grant(self, now: int) -> None:
+    def _grant(self, now: int, quiet: str | None = None) -> None:
+        """Grant what fits, in order; each grant is signalled to its job, except to
+        `quiet` (a job being admitted, which learns it from the answer)."""
         settings = self._settings
         if settings.paused or settings.halted:
             return
@@ -307,7 +347,8 @@ class GateWorkflow:
             self._holders[request.job_id] = Holder(
                 **waiter.model_dump(exclude={"seen_at"}), granted_at=now, seen_at=now
             )
-            self._send(request.job_id, GRANT_SIGNAL, self._grant_for())
+            if request.job_id != quiet:
+                self._send(request.job_id, GRANT_SIGNAL, self._grant_for())
             self._dirty = True
 
     def _grant_for(self) -> GateGrant:

@@ -92,6 +92,9 @@ LIVE = (JobStatus.PENDING, JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP
 # Patch: jobs with a group, pool, target, start time or deadline take the scheduled
 # path (gates, clocks); a job with none of them never reaches this marker.
 SCHEDULING_PATCH = "scheduling-gates"
+# Leases granted at submit (JobInput.granted): the job holds them from its first task and
+# asks only the gates that queued it.
+GRANTED_AT_SUBMIT_PATCH = "gates-granted-at-submit"
 
 
 def _now_ms() -> int:
@@ -126,10 +129,18 @@ class JobWorkflow:
         self._ops_failed: str | None = None
         self._ops_requeue = False
         self._recalled_early: set[str] = set()
+        # Set here, not in run: a pause's recall may reach the job in its first task,
+        # before run starts. Such a job takes the scheduled path without its marker (one
+        # marker per job: each also upserts a search attribute).
+        self._granted_at_submit = bool(inp.granted) and workflow.patched(GRANTED_AT_SUBMIT_PATCH)
+        if self._granted_at_submit:
+            self._asked.update(inp.granted)
+            self._leases.update(inp.granted)
+            self._weight = inp.gate_weight
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
-        if inp.spec.scheduled and workflow.patched(SCHEDULING_PATCH):
+        if inp.spec.scheduled and (self._granted_at_submit or workflow.patched(SCHEDULING_PATCH)):
             return await self._run_scheduled(inp)
         job = self._job
         while not self._interrupted():

@@ -367,6 +367,10 @@ class JobInput(BaseModel):
     # the job have to start it.
     gates: list[GateRef] = Field(default_factory=list)
     gate_defaults: GateSettings | None = None
+    # The leases its gates granted at submit (their workflow ids), held from the start,
+    # and a group's weight with them.
+    granted: list[str] = Field(default_factory=list)
+    gate_weight: float | None = None
 
 
 def pending_job(inp: JobInput) -> Job:

@@ -67,6 +67,7 @@ CONFIGURE_UPDATE = "configure"
 PAUSE_UPDATE = "pause"
 RESUME_UPDATE = "resume"
 RESERVE_UPDATE = "reserve"
+ADMIT_UPDATE = "admit"
 GATE_QUERY = "gate"
 GATE_MEMO = "gate"
 # JobWorkflow's side of the lease protocol.
