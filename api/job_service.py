@@ -247,10 +247,11 @@ class JobService:
             raise JobNotFound(job_id) from err
 
     async def live(self, job: Job) -> Job:
-        """An assigned or running job with what only its pending attempt knows: the last
+        """An assigned or running job (or one asked to stop, whose solver still runs)
+        with what only its pending attempt knows: the last
         heartbeat (`heartbeat_at`, `lease_expires_at`) and progress. One describe call;
         nothing of it is in the job's history."""
-        if job.status not in (JobStatus.ASSIGNED, JobStatus.RUNNING):
+        if job.status not in (JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED):
             return job
         try:
             desc = await self._handle(job.id).describe(rpc_timeout=QUERY_TIMEOUT)

@@ -331,3 +331,20 @@ def test_a_bad_worker_setting_is_one_line_naming_it() -> None:
 
     assert result.returncode == 2
     assert one_error_line(result).startswith("error: bad worker setting: cores: ")
+
+
+def test_watch_prints_a_progress_event_with_its_fraction_and_message() -> None:
+    from worker.cli import _event_line
+
+    event = {
+        "id": "j1",
+        "type": "t",
+        "status": "running",
+        "attempts": 1,
+        "worker_id": "w1",
+        "ts": 0,
+        "progress": {"fraction": 0.25, "message": "step 2 of 8", "at": 0},
+    }
+    line = _event_line("job:progress", event).plain
+    assert "job:progress" in line and line.endswith("25% step 2 of 8")
+    assert not _event_line("job:running", {**event, "progress": None}).plain.endswith("%")

@@ -453,6 +453,11 @@ def _event_line(name: str, event: dict[str, Any]) -> Text:
     line.append(f" attempts={event.get('attempts')} worker={event.get('worker_id') or '—'}")
     if event.get("reason"):
         line.append(f"  {event['reason']}")
+    progress = event.get("progress")
+    if isinstance(progress, dict) and isinstance(progress.get("fraction"), int | float):
+        line.append(f"  {progress['fraction']:.0%}")
+        if progress.get("message"):
+            line.append(f" {progress['message']}")
     return line
 
 
