@@ -343,8 +343,17 @@ class Bridge:
         raise JobConflict("job is already completed with a different result", id=job.id)
 
     async def fail(self, job_id: str, worker_id: str, reason: str) -> JobStatus:
-        """Fail the attempt: re-queued, or quarantined when attempts are used up."""
-        job = await self._held_by(job_id, worker_id)
+        """Fail the attempt: re-queued, or quarantined when attempts are used up. An
+        agent that killed its solver after a stop reports reason `stopped`: the job is
+        stopped (or about to be), and the report is answered with that, not a 409."""
+        job = await self._jobs.get(job_id)
+        if (
+            reason.strip() == STOPPED_REASON
+            and job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED)
+            and job.worker_id == worker_id
+        ):
+            return JobStatus.STOPPED
+        job = await self._held_by(job_id, worker_id, job)
         handle = self._attempt_activity(job)
         try:
             await handle.fail(ApplicationError(reason, type=ErrorType.AGENT_FAILURE))
@@ -358,6 +367,10 @@ class Bridge:
             if final or job.attempts >= job.max_attempts
             else JobStatus.PENDING
         )
+
+
+# The reason an agent reports once it killed its solver after a stop (docs/workers.md).
+STOPPED_REASON = "stopped"
 
 
 def _stamped(progress: JsonValue) -> JsonValue:

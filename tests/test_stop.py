@@ -107,7 +107,14 @@ def test_an_agent_hears_of_a_stop_through_its_heartbeat(start_stack: Callable[..
     assert body["stop"] is True
     done = api.http.post(f"/api/jobs/{job_id}/result", json={**beat, "result": {"late": True}})
     assert done.status_code == 409
-    assert api.job(job_id)["status"] == "stopped"
+    # The agent killed its solver and says so: answered `stopped`, nothing re-queued.
+    report = api.http.post(f"/api/jobs/{job_id}/fail", json={**beat, "reason": "stopped"})
+    assert report.status_code == 200, report.text
+    assert report.json()["status"] == "stopped"
+    job = api.job(job_id)
+    assert (job["status"], job["attempts"]) == ("stopped", 1)
+    other = api.http.post(f"/api/jobs/{job_id}/fail", json={"worker_id": "x", "reason": "stopped"})
+    assert other.status_code == 409
 
 
 def test_jobforge_stop_prints_the_status(start_stack: Callable[..., Stack]) -> None:
