@@ -11,6 +11,8 @@ marker line says where it was cut, and nothing more is kept.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -101,24 +103,46 @@ def append_at(
     root: Path, job_id: str, attempt: int, offset: int, lines: list[LogLine], max_bytes: int
 ) -> int:
     """Append an uploaded chunk that starts at byte `offset`: a chunk already stored
-    (offset below the size) changes nothing; one past the end is refused (ValueError,
-    the expected offset in its message). The size after it."""
+    changes nothing; one that overlaps the end (an agent's batch resent with more lines
+    after its answer was lost) adds only what follows the end, if the part before it is
+    what is stored; one past the end is refused (ValueError, the expected offset in its
+    message). The size after it."""
     path = attempt_path(root, job_id, attempt)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("ab") as log:
-        current = log.tell()
+        # Replicas share the directory: one upload at a time per attempt, so that the size
+        # read is not one a concurrent write is still growing, and a chunk sent to two
+        # replicas at once is stored once. Released when the file closes.
+        fcntl.flock(log.fileno(), fcntl.LOCK_EX)
+        current = os.fstat(log.fileno()).st_size
         if offset > current:
             raise ValueError(str(current))
-        if offset < current:
-            return current
         data = encode(lines)
+        if offset < current:
+            data = _beyond(path, offset, current, data)
+            if not data:
+                return current
         if _cut(path, current):
             return current  # cut already: nothing more is kept
         if current + len(data) > max_bytes:
-            log.write(encode([LogLine(stream="jobforge", text=CUT_MARKER.format(size=max_bytes))]))
-        else:
-            log.write(data)
-        return log.tell()
+            data = encode([LogLine(stream="jobforge", text=CUT_MARKER.format(size=max_bytes))])
+        log.write(data)
+        log.flush()
+        return current + len(data)
+
+
+def _beyond(path: Path, offset: int, size: int, data: bytes) -> bytes:
+    """What of a chunk stored from `offset` lies past the log's end (`size`): nothing if
+    it ends within the log, or if its bytes up to the end are not the ones stored (they
+    are whole lines, so what follows them starts a line)."""
+    if offset + len(data) <= size:
+        return b""
+    with path.open("rb") as log:
+        log.seek(offset)
+        stored = log.read(size - offset)
+    if data[: len(stored)] != stored:
+        return b""
+    return data[len(stored) :]
 
 
 def _cut(path: Path, size: int) -> bool:

@@ -1,6 +1,7 @@
 """Fault-battery kit: a logging solver double and the "nothing lost" invariant checks.
 
-Shared by tests/test_faults_processes.py, tests/test_faults_inputs.py and tests/test_fuzz.py.
+Shared by tests/test_faults_processes.py, tests/test_faults_inputs.py, tests/test_fuzz.py,
+tests/test_faults_scheduling.py and tests/test_faults_job_control.py.
 
 Load
     ``LOAD`` is ``"reduced"`` (default, CI) or ``"full"`` (env ``JOBFORGE_FAULT_LOAD``);
@@ -59,6 +60,27 @@ with it.
        ``wait_settled`` waits for); ``check_pools_idle(pools)``: every pool's ``in_use``
        is 0 (``wait_pools_idle`` waits for it).
 
+Job-control invariants (tests/test_faults_job_control.py)
+    K  ``check_stop_outcomes(jobs, answers, tags)``: each job asked to stop ends as the
+       answer to its stop allows (``STOP_ALLOWS``: 202 ``stop_requested`` -> stopped or
+       completed, 202 ``failed`` (cancelled) -> failed, 409 ``completed`` ->
+       completed), never both completed and stopped; a completed one has exactly one
+       ``completed`` transition and its own tag as result, a stopped one no result and
+       ``fail_reason`` ``stopped``; no attempt follows a ``stop_requested``.
+       ``stop_job(http, id, timeout) -> StopAnswer`` sends the stop, through 503s and
+       connection errors, and keeps every status seen.
+    L  ``wait_ended(http, address, ids, timeout)`` -> ``(jobs, stuck)``: as
+       ``wait_terminal``, but a job that still reads live while its Temporal execution
+       has closed is returned in ``stuck`` (no transition can come any more) instead of
+       waited for.
+    T  ``check_execution_statuses(jobs, statuses)``: completed -> COMPLETED; stopped or
+       cancelled -> CANCELED, but a stopped job of a group or target stays RUNNING
+       (held for a re-queue); ``execution_statuses(address, ids)`` describes them.
+    G  ``wait_gates_released(address, task_queue, [(kind, key)], timeout, closed=())``:
+       once every job has ended, no gate lists a holder (``gate_holders`` queries one);
+       holders in ``closed`` are not waited for.
+    O  ``process_group(pgid)``: the live members of a solver's process group.
+
 Helpers
     ``submit_retrying(http, spec, key, timeout)``: POST /api/jobs with
     ``Idempotency-Key: key`` until it answers 201/200; any status other than 2xx/503
@@ -69,6 +91,7 @@ Helpers
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import math
@@ -77,13 +100,16 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.client import Client
 
 from tests.conftest import PYTHON, Solver
+from workflows.names import GATE_QUERY, gate_workflow_id
 
 LOAD = os.environ.get("JOBFORGE_FAULT_LOAD", "reduced")
 FULL = LOAD == "full"
@@ -729,3 +755,216 @@ def call_retrying(
             assert response.status_code == 503, (method, path, response.status_code, response.text)
         assert time.monotonic() < deadline, f"{method} {path} not answered in {timeout}s: {seen}"
         time.sleep(0.3)
+
+
+# -- job control: K T G, and L and O for stops ------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopAnswer:
+    """What `POST /api/jobs/{id}/stop` answered last, and every status seen before."""
+
+    code: int
+    status: str | None
+    fail_reason: str | None
+    seen: tuple[int | str, ...] = ()
+
+
+def stop_job(http: httpx.Client, job_id: str, timeout: float = 60.0) -> StopAnswer:
+    """POST the stop until it answers other than 503 or a connection error (an API or
+    a workflow worker that is down); that answer, for `check_stop_outcomes` to judge."""
+    seen: list[int | str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            response = http.post(f"/api/jobs/{job_id}/stop")
+        except httpx.TransportError as err:
+            seen.append(type(err).__name__)
+        else:
+            seen.append(response.status_code)
+            if response.status_code != 503:
+                try:
+                    body = response.json()
+                except ValueError:
+                    body = {}
+                body = body if isinstance(body, dict) else {}
+                return StopAnswer(
+                    response.status_code, body.get("status"), body.get("fail_reason"), tuple(seen)
+                )
+        assert time.monotonic() < deadline, f"stop of {job_id} not answered in {timeout}s: {seen}"
+        time.sleep(0.3)
+
+
+# The end each answer to a stop allows: a running job asked to stop ends stopped, or
+# completed if its result landed first; a pending or assigned one ends as a cancel does.
+STOP_ALLOWS: dict[tuple[int, str | None], set[str]] = {
+    (202, "stop_requested"): {"stopped", "completed"},
+    (202, "stopped"): {"stopped"},
+    (202, "failed"): {"failed"},
+    (409, "completed"): {"completed"},
+}
+
+
+def check_stop_outcomes(
+    jobs: dict[str, dict[str, Any]], answers: dict[str, StopAnswer], tags: dict[str, str]
+) -> list[str]:
+    """K: each job that was asked to stop ended as its answer allows, with one result
+    if completed and none if stopped, and had no attempt after its stop."""
+    problems = []
+    for job_id, job in jobs.items():
+        steps = [t["status"] for t in _steps(job)]
+        status = job["status"]
+        answer = answers.get(job_id)
+        if answer is None:
+            problems.append(f"{job_id}: no answer to its stop")
+        else:
+            allowed = STOP_ALLOWS.get((answer.code, answer.status), set())
+            if answer.status == "failed" and answer.fail_reason != "cancelled":
+                allowed = set()
+            if status not in allowed:
+                problems.append(f"{job_id}: ended {status} after the stop answered {answer}")
+        if "completed" in steps and "stopped" in steps:
+            problems.append(f"{job_id}: both completed and stopped: {steps}")
+        if status == "completed":
+            if steps.count("completed") != 1:
+                problems.append(f"{job_id}: {steps.count('completed')} completed transitions")
+            if job.get("result") != {"tag": tags.get(job_id)}:
+                problems.append(f"{job_id}: result {job.get('result')!r} is not its tag's")
+        elif status == "stopped":
+            if job.get("result") is not None or job.get("fail_reason") != "stopped":
+                problems.append(
+                    f"{job_id}: stopped with result {job.get('result')!r},"
+                    f" fail_reason {job.get('fail_reason')}"
+                )
+            if "stop_requested" not in steps:
+                problems.append(f"{job_id}: stopped without stop_requested: {steps}")
+        elif status == "failed":
+            if job.get("fail_reason") != "cancelled" or "stop_requested" in steps:
+                problems.append(f"{job_id}: failed {job.get('fail_reason')} after {steps}")
+        else:
+            problems.append(f"{job_id}: ended {status} ({job.get('fail_reason')})")
+        if "stop_requested" in steps:
+            after = steps[steps.index("stop_requested") + 1 :]
+            if any(s in ("pending", "assigned", "running") for s in after):
+                problems.append(f"{job_id}: another attempt after its stop: {steps}")
+    return problems
+
+
+def check_execution_statuses(
+    jobs: dict[str, dict[str, Any]], statuses: dict[str, str]
+) -> list[str]:
+    """T: completed → COMPLETED; stopped or cancelled → CANCELED, except a stopped job of
+    a group or target, which stays RUNNING while it is held for a re-queue."""
+    problems = []
+    for job_id, job in jobs.items():
+        if job["status"] == "completed":
+            wanted = {"COMPLETED"}
+        elif job["status"] == "stopped" and (job.get("group") or job.get("target")):
+            wanted = {"RUNNING"}
+        elif job["status"] in ("stopped", "failed"):
+            wanted = {"CANCELED"}
+        else:
+            wanted = set()
+        if statuses.get(job_id) not in wanted:
+            gates = {key: job[key] for key in ("group", "pool", "target") if job.get(key)}
+            problems.append(
+                f"{job_id} {gates}: {job['status']} but its execution is {statuses.get(job_id)}"
+            )
+    return problems
+
+
+async def execution_statuses(address: str, ids: Iterable[str]) -> dict[str, str]:
+    """Each job workflow's execution status name, as Temporal describes it."""
+    client = await Client.connect(address)
+    gate = asyncio.Semaphore(16)
+
+    async def one(job_id: str) -> tuple[str, str]:
+        async with gate:
+            desc = await client.get_workflow_handle(job_id).describe()
+        return job_id, desc.status.name if desc.status is not None else "UNKNOWN"
+
+    return dict(await asyncio.gather(*(one(job_id) for job_id in ids)))
+
+
+def process_group(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def wait_ended(
+    http: httpx.Client, address: str, ids: Iterable[str], timeout: float, interval: float = 1.0
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """L under stops: wait until every job is terminal, or reads live while its execution
+    has closed (no transition can come any more). Returns (every job, those stuck)."""
+    pending = list(dict.fromkeys(ids))
+    done: dict[str, dict[str, Any]] = {}
+    stuck: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        live = {}
+        with ThreadPoolExecutor(8) as readers:
+            read = list(readers.map(lambda job_id: get_job(http, job_id), pending))
+        for job_id, job in zip(pending, read, strict=True):
+            if is_terminal(job):
+                done[job_id] = job
+            else:
+                live[job_id] = job
+        if live:
+            closed = asyncio.run(execution_statuses(address, live))
+            for job_id, status in closed.items():
+                if status == "RUNNING":
+                    continue
+                # Read again: it may have ended between the two reads; now it cannot.
+                job = done[job_id] = get_job(http, job_id)
+                live.pop(job_id)
+                if not is_terminal(job):
+                    stuck[job_id] = job
+        pending = list(live)
+        if not pending:
+            return done, stuck
+        if time.monotonic() > deadline:
+            sample = {j: live[j]["status"] for j in pending[:10]}
+            raise AssertionError(f"L: {len(pending)} jobs not terminal after {timeout}s: {sample}")
+        time.sleep(interval)
+
+
+async def gate_holders(address: str, task_queue: str, kind: str, key: str) -> list[str]:
+    """The jobs a gate (`kind` group, pool or target) lists as holding a lease."""
+    client = await Client.connect(address)
+    handle = client.get_workflow_handle(gate_workflow_id(task_queue, kind, key))
+    view: dict[str, Any] = await handle.query(GATE_QUERY)
+    return [str(holder) for holder in view["holders"]]
+
+
+def wait_gates_released(
+    address: str,
+    task_queue: str,
+    gates: Iterable[tuple[str, str]],
+    timeout: float,
+    closed: Iterable[str] = (),
+) -> dict[tuple[str, str], list[str]]:
+    """G: once every job has ended, wait until no gate lists a holder; what is left.
+    Holders in `closed` (jobs whose execution has closed: they release nothing more)
+    are not waited for."""
+    gates, final = list(gates), set(closed)
+    deadline = time.monotonic() + timeout
+    while True:
+        held = {
+            gate: found
+            for gate in gates
+            if (found := asyncio.run(gate_holders(address, task_queue, *gate)))
+        }
+        waiting = any(h not in final for holders in held.values() for h in holders)
+        if not waiting or time.monotonic() > deadline:
+            return held
+        time.sleep(0.5)

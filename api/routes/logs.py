@@ -131,8 +131,9 @@ async def get_logs(
 @router.post("/{job_id:job_id}/logs", response_model=Uploaded)
 async def upload_logs(job_id: JobId, body: LogUpload, jobs: JobsDep, config: ConfigDep) -> Uploaded:
     """An agent's chunk of output, stored at byte `offset` of its attempt's log: a chunk
-    already stored changes nothing, one past the end is a 409 with `expected_offset`.
-    Bounded by LOG_MAX_BYTES per attempt."""
+    already stored changes nothing, one that overlaps the end adds only its lines past
+    it, one past the end is a 409 with `expected_offset`. Bounded by LOG_MAX_BYTES per
+    attempt."""
     job = await jobs.get(job_id)
     held_by_other = body.attempt == job.attempt and job.worker_id not in (None, body.worker_id)
     if body.attempt > job.attempt or held_by_other:
