@@ -681,7 +681,9 @@ def test_a_stopped_solver_group_that_ignores_sigterm_is_gone_within_the_grace(
         f"SIGTERM {first - asked:.2f} s after the stop, group gone {gone - first:.2f} s after it"
     )
     assert first - asked <= HEARTBEAT_MS / 1000  # the worker learned within a heartbeat
-    assert STOP_GRACE_S - 0.1 <= gone - first <= STOP_GRACE_S + 2  # SIGKILL after the grace
+    # SIGKILL comes after the grace, not at once (half of it: a loaded machine may note
+    # the SIGTERM late), and within 2 s of its end.
+    assert STOP_GRACE_S / 2 <= gone - first <= STOP_GRACE_S + 2
     job = stack.api.wait_status(job_id, "stopped")
     assert not _wait_execution_statuses(temporal, {job_id: job}, timeout=10)
 
