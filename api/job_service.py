@@ -158,6 +158,7 @@ class JobService:
             heartbeat_timeout_ms=spec.heartbeat_timeout_ms
             or int(self._settings.heartbeat_timeout_s * 1000),
             requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
+            cancel_wait_ms=int(self._settings.job_cancel_wait_s * 1000),
             gates=self._gates.of(spec),
             gate_defaults=self._settings.gate_defaults() if gated else None,
             granted=admitted.granted,

@@ -64,6 +64,11 @@ class ApiSettings(BaseSettings):
         default=7 * 24 * 3600.0, ge=0, le=365 * 24 * 3600.0, validation_alias="JOB_REQUEUE_HOLD_S"
     )
     gate_ping_s: float = Field(default=300.0, ge=1, validation_alias="GATE_PING_S")
+    # A job cancelled or stopped through its update whose workflow cancel request never
+    # follows (the API killed between the two calls) closes by itself after this long.
+    job_cancel_wait_s: float = Field(
+        default=300.0, ge=1, le=7 * 24 * 3600.0, validation_alias="JOB_CANCEL_WAIT_S"
+    )
 
     @field_validator("priority_thresholds")
     @classmethod

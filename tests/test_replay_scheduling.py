@@ -14,6 +14,9 @@ committed (see git history).
 - `-v1`: every lease asked for by the job and granted by signal (SCHEDULING_PATCH).
 - `-v2`: leases granted at submit (GRANTED_AT_SUBMIT_PATCH): the job starts holding
   them, and gives them back or has them recalled as before.
+- `-v3`: a job cancelled or stopped through its update waits a bounded time for the
+  API's workflow cancel request (CANCEL_WAIT_PATCH): one that came, and one that
+  never did.
 """
 
 from __future__ import annotations
@@ -29,19 +32,22 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows.gate_models import GateKind, GateSettings
 from workflows.gate_workflow import GateWorkflow
-from workflows.job_workflow import GRANTED_AT_SUBMIT_PATCH, SCHEDULING_PATCH, JobWorkflow
-from workflows.models import AttemptInput, AttemptResult, JobSpec, JobStatus
+from workflows.job_workflow import (
+    CANCEL_WAIT_PATCH,
+    GRANTED_AT_SUBMIT_PATCH,
+    SCHEDULING_PATCH,
+    JobWorkflow,
+)
+from workflows.models import JobStatus
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v2"  # the set the recorder writes
+SUFFIX = "-v3"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -58,8 +64,12 @@ SETS = {
         "scheduled-granted-target-requeued-completed": ("JobWorkflow", "COMPLETED"),
         "gate-pool-admitted-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
     },
+    "-v3": {
+        "job-cancelled-cancel-request-came": ("JobWorkflow", "CANCELED"),
+        "job-stopped-cancel-request-never-came": ("JobWorkflow", "FAILED"),
+    },
 }
-PATCHES = {"-v1": SCHEDULING_PATCH, "-v2": GRANTED_AT_SUBMIT_PATCH}
+PATCHES = {"-v1": SCHEDULING_PATCH, "-v2": GRANTED_AT_SUBMIT_PATCH, "-v3": CANCEL_WAIT_PATCH}
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
 
@@ -109,54 +119,20 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
     for name in names:
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
-    gates = Gates(client, harness.task_queue, GateSettings(history_limit=60))
 
-    async def submit(**fields: object) -> str:
-        unserved = fields.pop("unserved", None)
-        spec = JobSpec.model_validate({"type": "in-process", **fields})
-        handle = await harness.submit(
-            spec=spec,
-            gates=gates,
-            requeue_hold_ms=600_000,
-            activity_task_queue="nobody-polls-this" if unserved else None,
-        )
-        return handle.id
+    # A pending job cancelled through its update, then by the API's cancel request.
+    pending = await harness.submit(cancel_wait_ms=600_000, activity_task_queue="nobody-polls-this")
+    await pending.execute_update(JobWorkflow.cancel)
+    await pending.cancel()
+    await save(client, pending.id, f"job-cancelled-cancel-request-came{SUFFIX}")
 
-    # A group + pool job granted both leases at submit, through a pool that continues
-    # as new along the way.
-    first = await submit(group="g", pool="p", cost_units=2)
-    for _ in range(12):
-        await submit(pool="p")
-    await save(client, first, f"scheduled-granted-group-pool-completed{SUFFIX}")
-    pool_id = gates.ref(GateKind.POOL, "p").workflow_id
-    runs = [e async for e in client.list_workflows(f"WorkflowId = '{pool_id}'")]
-    first_run = next(r for r in runs if r.status == WorkflowExecutionStatus.CONTINUED_AS_NEW)
-    await save(client, pool_id, f"gate-pool-admitted-continued-as-new{SUFFIX}", first_run.run_id)
-
-    # A job granted its group lease at submit, recalled by a pause before any worker
-    # claimed it, then cancelled while it waits.
-    recalled = await submit(group="r", unserved=True)
-    await gates.pause(GateKind.GROUP, "r")
-    handle = client.get_workflow_handle_for(JobWorkflow.run, recalled)
-    await harness.wait_for(handle, lambda j: j.waiting_for is not None, "recalled")
-    await handle.execute_update(JobWorkflow.cancel)
-    await handle.cancel()
-    await save(client, recalled, f"scheduled-granted-recalled-cancelled{SUFFIX}")
-
-    # A target job granted at submit that fails, halts its target, is re-queued and
-    # completes.
-    fail = harness.stand_in.fail("solver_exit", "boom")
-    succeed = harness.stand_in.succeed()
-
-    async def first_fails(inp: AttemptInput) -> AttemptResult:
-        return await (fail if inp.attempt == 1 else succeed)(inp)
-
-    harness.stand_in.default = first_fails
-    target_job = await submit(target="t")
-    handle = client.get_workflow_handle_for(JobWorkflow.run, target_job)
-    await harness.wait_status(handle, JobStatus.QUARANTINED)
-    await handle.execute_update(JobWorkflow.requeue)
-    await save(client, target_job, f"scheduled-granted-target-requeued-completed{SUFFIX}")
+    # A running job stopped through its update whose cancel request never comes: its
+    # attempt times out, and the execution closes by itself.
+    harness.stand_in.default = harness.stand_in.fall_silent(("assigned", "running"))
+    silent = await harness.submit(cancel_wait_ms=1500, heartbeat_timeout_ms=1000)
+    await harness.wait_status(silent, JobStatus.RUNNING)
+    await silent.execute_update(JobWorkflow.stop)
+    await save(client, silent.id, f"job-stopped-cancel-request-never-came{SUFFIX}")
 
 
 # -- replay (always) --------------------------------------------------------------------
@@ -174,7 +150,7 @@ def test_each_scheduled_history_is_committed_and_of_its_kind(name: str) -> None:
     assert events[-1]["eventType"].removeprefix("EVENT_TYPE_WORKFLOW_EXECUTION_") == outcome
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("scheduled")])
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith(("scheduled", "job-"))])
 def test_each_scheduled_job_history_took_the_patched_path(name: str) -> None:
     events = raw(name)["events"]
     assert isinstance(events, list)

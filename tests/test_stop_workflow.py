@@ -68,6 +68,29 @@ async def test_a_result_that_comes_before_the_stop_lands_stands(harness: Harness
     assert job.result == {"answer": 42}
 
 
+@pytest.mark.parametrize("update", ["stop", "cancel"])
+async def test_a_job_whose_cancel_request_never_follows_its_update_closes_by_itself(
+    harness: Harness, update: str
+) -> None:
+    # The API's second call (the workflow cancel request) is lost: after cancel_wait_ms
+    # the execution closes Failed (cancel_never_came), the job as it reads.
+    unserved = update == "cancel"
+    if not unserved:
+        harness.stand_in.default = harness.stand_in.fall_silent(("assigned", "running"))
+    handle = await harness.submit(
+        cancel_wait_ms=1500,
+        heartbeat_timeout_ms=1000,
+        activity_task_queue="nobody-polls-this" if unserved else None,
+    )
+    if not unserved:
+        await harness.wait_status(handle, JobStatus.RUNNING)
+    await handle.execute_update(JobWorkflow.stop if update == "stop" else JobWorkflow.cancel)
+    assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
+    job = await harness.job(handle)
+    assert job.status == (JobStatus.STOPPED if update == "stop" else JobStatus.FAILED)
+    assert job.fail_reason == ("stopped" if update == "stop" else "cancelled")
+
+
 async def test_stopping_a_pending_job_cancels_it(harness: Harness) -> None:
     handle = await harness.submit(activity_task_queue="nobody-polls-this")
     job = await handle.execute_update(JobWorkflow.stop)

@@ -175,6 +175,7 @@ class Harness:
         gates: Gates | None = None,
         enqueue: bool = True,
         admit: bool = True,
+        cancel_wait_ms: int = 0,
     ) -> JobHandle:
         """Start a job as the API does: the leases its gates grant at once, its input
         and initial search attributes, then its place at the gates that queued it.
@@ -201,6 +202,7 @@ class Harness:
             gates=gates.of(spec) if gates is not None else [],
             granted=admitted.granted,
             gate_weight=admitted.weight,
+            cancel_wait_ms=cancel_wait_ms,
         )
         handle = await self.client.start_workflow(
             JobWorkflow.run,

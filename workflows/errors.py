@@ -47,6 +47,9 @@ class ErrorType(StrEnum):
     NOT_STOPPABLE = "not_stoppable"
     # A job still not assigned at its deadline_at.
     DEADLINE_EXCEEDED = "deadline_exceeded"
+    # A job cancelled or stopped through its update whose workflow cancel request never
+    # followed: its execution closed by itself (Failed), the job as it reads.
+    CANCEL_NEVER_CAME = "cancel_never_came"
     # Re-queue refused: the job is not quarantined, or not held for a re-queue.
     NOT_REQUEUEABLE = "not_requeueable"
     # A pool turned an admission-only job away (`admission: reject`).

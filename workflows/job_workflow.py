@@ -95,6 +95,13 @@ SCHEDULING_PATCH = "scheduling-gates"
 # Leases granted at submit (JobInput.granted): the job holds them from its first task and
 # asks only the gates that queued it.
 GRANTED_AT_SUBMIT_PATCH = "gates-granted-at-submit"
+# A workflow cancel (the API's, after a stop) that reaches the job in the workflow task
+# where its attempt ends, or while it gives its leases back: the attempt's own end
+# stands, and the leases still go back.
+CANCEL_MEETS_END_PATCH = "cancel-meets-attempt-end"
+# A job cancelled or stopped through its update closes by itself if the API's workflow
+# cancel request does not follow in time (JobInput.cancel_wait_ms).
+CANCEL_WAIT_PATCH = "cancel-request-wait-bounded"
 
 
 def _now_ms() -> int:
@@ -150,6 +157,11 @@ class JobWorkflow:
             self._handle = self._start_attempt(inp, Priority(priority_key=inp.priority_key))
             try:
                 outcome = await self._handle
+            except asyncio.CancelledError:
+                ended = self._ended_with_cancel()
+                if ended is None:
+                    raise
+                outcome = ended
             except ActivityError as err:
                 if self._interrupted():
                     break
@@ -179,7 +191,7 @@ class JobWorkflow:
             self._raise_ops_failed()
         # Cancelled through the update: the API follows it with a workflow cancel
         # request, which ends this wait and shows the execution as Canceled.
-        await workflow.wait_condition(lambda: False)
+        await self._await_cancel_request(inp)
         return job
 
     def _start_attempt(
@@ -236,6 +248,19 @@ class JobWorkflow:
             )
             try:
                 outcome = await self._handle
+            except asyncio.CancelledError:
+                ended = self._ended_with_cancel()
+                if ended is None:
+                    # As a cancelled attempt below: a stopped job of a group or target
+                    # stays re-queueable, while its leases go back.
+                    stopped = self._job.status == JobStatus.STOPPED
+                    self._held = stopped and inp.requeue_hold_ms > 0
+                    await self._release_surely(gates, "stopped" if stopped else "cancelled")
+                    self._cancel_requested = True
+                    if stopped and await self._held_for_requeue(inp):
+                        continue
+                    raise
+                outcome = ended
             except ActivityError as err:
                 if self._interrupted():
                     break
@@ -282,7 +307,7 @@ class JobWorkflow:
                 self._handle = None
             self._complete(outcome)
             self._publish()
-            await self._release(gates, "completed")
+            await self._release_surely(gates, "completed")
             return job
         if self._ops_failed is not None:
             await self._release(gates, "quarantined")
@@ -290,7 +315,7 @@ class JobWorkflow:
         await self._release(gates, "cancelled")
         if self._deadline_hit and not self._cancelled:
             self._fail_deadline()
-        await workflow.wait_condition(lambda: False)
+        await self._await_cancel_request(inp)
         return job
 
     async def _hold_gates(self, gates: list[GateRef]) -> bool:
@@ -348,6 +373,59 @@ class JobWorkflow:
     def _time_to_deadline(self) -> timedelta | None:
         deadline = self._job.deadline_at
         return None if deadline is None else timedelta(milliseconds=deadline - _now_ms())
+
+    async def _await_cancel_request(self, inp: JobInput) -> None:
+        """Wait for the workflow cancel request the API sends after a cancel or stop
+        update; it ends the wait and the execution shows Canceled. If it never comes
+        (the API killed between its two calls) within `cancel_wait_ms`, the execution
+        closes Failed, the job as it reads (stopped or cancelled), so that nothing stays
+        open for good."""
+        if inp.cancel_wait_ms > 0 and workflow.patched(CANCEL_WAIT_PATCH):
+            limit = timedelta(milliseconds=inp.cancel_wait_ms)
+            if not await _waited(lambda: False, limit):
+                job = self._job
+                raise ApplicationError(
+                    f"job {job.status.value}; no cancel request followed in {limit}",
+                    job,
+                    type=ErrorType.CANCEL_NEVER_CAME,
+                    non_retryable=True,
+                )
+        await workflow.wait_condition(lambda: False)
+
+    def _ended_with_cancel(self) -> AttemptResult | None:
+        """The workflow was cancelled (the API follows a stop with a cancel request)
+        while it awaited its attempt. If the attempt had already returned in the same
+        workflow task, its result stands (`stop_requested → completed`, the cancel is
+        spent); otherwise the job ends stopped or cancelled (None) and the caller lets
+        the cancel go on (Temporal status Canceled). Before CANCEL_MEETS_END_PATCH the
+        cancel went on at once, and the job kept its status."""
+        if not workflow.patched(CANCEL_MEETS_END_PATCH):
+            raise asyncio.CancelledError
+        handle = self._handle
+        if (
+            handle is not None
+            and handle.done()
+            and not handle.cancelled()
+            and handle.exception() is None
+        ):
+            return handle.result()
+        self._mark_ended_by_cancel()
+        self._publish()
+        return None
+
+    async def _release_surely(self, gates: list[GateRef], outcome: ReleaseOutcome) -> None:
+        """Give the leases back even if a workflow cancel arrives meanwhile: the release
+        runs to its end (the cancel is spent), and the job goes on as it was going to.
+        Before CANCEL_MEETS_END_PATCH the cancel stopped the release."""
+        release = asyncio.ensure_future(self._release(gates, outcome))
+        while True:
+            try:
+                await asyncio.shield(release)
+                return
+            except asyncio.CancelledError:
+                if not workflow.patched(CANCEL_MEETS_END_PATCH):
+                    release.cancel()
+                    raise
 
     async def _release(self, gates: list[GateRef], outcome: ReleaseOutcome) -> None:
         """Give back every lease and withdraw every request: at each gate the job asked,

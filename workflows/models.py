@@ -371,6 +371,9 @@ class JobInput(BaseModel):
     # and a group's weight with them.
     granted: list[str] = Field(default_factory=list)
     gate_weight: float | None = None
+    # How long a job cancelled or stopped through its update waits for the API's
+    # workflow cancel request before it closes by itself (0: for ever).
+    cancel_wait_ms: int = 0
 
 
 def pending_job(inp: JobInput) -> Job:
