@@ -242,7 +242,8 @@ def job_points(events: Sequence[HistoryEvent]) -> dict[str, float]:
             continue
         label = {
             "WORKFLOW_TASK_COMPLETED": "first workflow task completed",
-            "EXTERNAL_WORKFLOW_EXECUTION_SIGNALED": "first acquire delivered to its gate",
+            # An acquire (a job that had to ask), or else the release at its end.
+            "EXTERNAL_WORKFLOW_EXECUTION_SIGNALED": "first signal delivered to a gate",
             "ACTIVITY_TASK_SCHEDULED": "activity scheduled",
             "ACTIVITY_TASK_STARTED": "activity started (worker polled it)",
             "ACTIVITY_TASK_COMPLETED": "activity completed",
@@ -315,8 +316,9 @@ def print_round_trips(samples: list[Sample]) -> None:
             )
         )
     print(
-        "  not in a job's history: the API's signal-with-start of each gate per job "
-        "(the gate's `enqueue`, counted with the gate below), and the HTTP POST"
+        "  not in a job's history: the API's admission at each gate (an update-with-start, "
+        "batched: `admit`) or its signal-with-start (`enqueue`), counted with the gate "
+        "below, and the HTTP POST"
     )
 
 
