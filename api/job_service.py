@@ -66,6 +66,7 @@ from workflows.names import (
     EVENTS_MEMO,
     JOB_QUERY,
     JOB_WORKFLOW,
+    OPS_REQUEUE_UPDATE,
     STOP_UPDATE,
     attempt_activity_id,
 )
@@ -356,7 +357,17 @@ class JobService:
         """Run an operator override (`ops_fail`, `ops_requeue`) on a job; 409 with its
         status if it has ended (or closed)."""
         job = await self._job_update(job_id, update, ErrorType.JOB_ENDED, *args)
-        return job or await self._closed_as(job_id, "changed", cancelled_ok=False)
+        if job is not None:
+            return job
+        wanted = "changed"
+        if update == OPS_REQUEUE_UPDATE:
+            # A plain job's end closes its execution; jobs of a group or target stay
+            # open JOB_REQUEUE_HOLD_S for this (docs/operations.md).
+            wanted = (
+                "re-queued: its execution has closed (submit it again; jobs of a group "
+                "or target stay re-queueable for JOB_REQUEUE_HOLD_S)"
+            )
+        return await self._closed_as(job_id, wanted, cancelled_ok=False)
 
     async def cleanup(
         self, older_than_s: float, statuses: list[JobStatus], job_type: str | None = None

@@ -36,6 +36,10 @@ def test_ops_fail_quarantines_a_pending_job_and_a_second_is_a_409(
     assert (last(job)["status"], last(job)["by"]) == ("quarantined", "ops")
     again = api.http.post(f"/api/ops/jobs/{job_id}/fail", json={"reason": "again"})
     assert again.status_code == 409 and again.json()["status"] == "quarantined"
+    # A plain job's quarantine closed its execution: a re-queue says what to do instead.
+    requeue = api.http.post(f"/api/ops/jobs/{job_id}/requeue")
+    assert requeue.status_code == 409, requeue.text
+    assert "submit it again" in requeue.json()["error"]
     assert api.http.post(f"/api/ops/jobs/{job_id}/fail", json={}).status_code == 422
     assert api.http.post("/api/ops/jobs/nope/fail", json={"reason": "x"}).status_code == 404
 
