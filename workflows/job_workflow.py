@@ -409,8 +409,9 @@ class JobWorkflow:
             and handle.exception() is None
         ):
             return handle.result()
-        self._mark_ended_by_cancel()
-        self._publish()
+        if not self._interrupted():  # a cancel update has marked it already
+            self._mark_ended_by_cancel()
+            self._publish()
         return None
 
     async def _release_surely(self, gates: list[GateRef], outcome: ReleaseOutcome) -> None:
