@@ -2,8 +2,10 @@
 
 Temporal has no concurrency cap, cost accounting or serial order across workers
 (docs/scheduling.md), so each gate key is a small entity workflow that holds that state:
-a queue of requests and the leases it granted. A job asks by signal, is answered by a
-`gate_grant` signal, and gives its lease back by signal when it ends, whatever ends it.
+a queue of requests and the leases it granted. The API asks for a job about to start
+(`admit` update, batched): a lease that is free is granted in the answer, and the job
+starts holding it. Otherwise the job asks by signal once it runs and is answered by a
+`gate_grant` signal. It gives its lease back by signal when it ends, whatever ends it.
 A holder that vanished (its workflow terminated) is found by a periodic ping whose
 signal fails, so no fault keeps capacity held for good.
 
