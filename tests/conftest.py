@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -36,6 +37,64 @@ REGISTERED_SOLVER = [
     "import json, sys; print(json.dumps({'registered': True, 'argv': sys.argv[1:]}))",
 ]
 PYTHON = sys.executable
+
+
+def _slow_weight(item: pytest.Item) -> tuple[str, float] | None:
+    """(what keeps it together, seconds) for a test marked `slow(seconds)`: a module-wide
+    mark keeps the module's tests (and its module fixture) on one worker, weighed once."""
+    mark = item.get_closest_marker("slow")
+    if mark is None:
+        return None
+    marks = getattr(getattr(item, "module", None), "pytestmark", [])
+    whole = any(
+        getattr(m, "mark", m) == mark for m in (marks if isinstance(marks, list) else [marks])
+    )
+    return (str(item.path) if whole else item.nodeid), float(mark.args[0])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist worksteal`, the slow tests start first, spread over the workers.
+
+    worksteal hands worker k the k-th contiguous share of the collected list and steals
+    only from the ends of the shares, so a slow test collected late ran late and held up
+    the end of the run. Each share now begins with its slow tests, the heaviest first
+    (each group to the least loaded share); the other tests follow in collection order.
+    """
+    workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+    workers = int(workerinput.get("workercount", 0))
+    # A worker's own `dist` option reads "no"; the command line it was started from tells.
+    argv = " ".join(workerinput.get("mainargv", []))
+    if workers < 2 or "worksteal" not in argv:
+        return
+    groups: dict[str, list[pytest.Item]] = {}
+    weights: dict[str, float] = {}
+    rest = []
+    for item in items:
+        slow = _slow_weight(item)
+        if slow is None:
+            rest.append(item)
+        else:
+            groups.setdefault(slow[0], []).append(item)
+            weights[slow[0]] = max(weights.get(slow[0], 0.0), slow[1])
+    # The shares as worksteal cuts them: len // workers left, in turn.
+    sizes, left = [], len(items)
+    for k in range(workers):
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for key in sorted(groups, key=lambda key: -weights[key]):
+        fits = [k for k in range(workers) if len(heads[k]) + len(groups[key]) <= sizes[k]]
+        k = min(fits or range(workers), key=lambda k: loads[k])
+        heads[k] += groups[key]
+        loads[k] += weights[key]
+    ordered: list[pytest.Item] = []
+    others = iter(rest)
+    for k in range(workers):
+        ordered += heads[k]
+        ordered += itertools.islice(others, max(0, sizes[k] - len(heads[k])))
+    ordered += list(others)
+    items[:] = ordered
 
 
 async def wait_until_async(

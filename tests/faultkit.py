@@ -277,6 +277,29 @@ def get_job(http: httpx.Client, job_id: str) -> dict[str, Any]:
         return body
 
 
+def read_in_order(
+    http: httpx.Client, ids: list[str], batch: int = 8
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Read `ids` in order, `batch` at a time, up to the first batch holding a job that is
+    not terminal: (the terminal jobs read, the live ones of that batch).
+
+    Jobs end about in the order they were submitted, so a wait costs a read or a batch
+    per round rather than one per job still live (each read is a workflow query, which
+    replays a closed job's history on a worker)."""
+    done: dict[str, dict[str, Any]] = {}
+    live: dict[str, dict[str, Any]] = {}
+    with ThreadPoolExecutor(batch) as readers:
+        for start in range(0, len(ids), batch):
+            chunk = ids[start : start + batch]
+            for job_id, job in zip(
+                chunk, readers.map(lambda j: get_job(http, j), chunk), strict=True
+            ):
+                (done if is_terminal(job) else live)[job_id] = job
+            if live:
+                break
+    return done, live
+
+
 def wait_terminal(
     http: httpx.Client, ids: Iterable[str], timeout: float, interval: float = 1.0
 ) -> dict[str, dict[str, Any]]:
@@ -285,14 +308,9 @@ def wait_terminal(
     done: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout
     while True:
-        still = []
-        for job_id in pending:
-            job = get_job(http, job_id)
-            if is_terminal(job):
-                done[job_id] = job
-            else:
-                still.append(job_id)
-        pending = still
+        ended, _ = read_in_order(http, pending)
+        done.update(ended)
+        pending = [job_id for job_id in pending if job_id not in done]
         if not pending:
             return done
         if time.monotonic() > deadline:
@@ -616,14 +634,22 @@ def wait_settled(
     jobs: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout
     while True:
+        # In order, up to the first job neither terminal nor pending behind a target:
+        # until then the round cannot settle (see read_in_order for why).
+        blocked = None
         for job_id in ids:
             if job_id not in jobs or not is_terminal(jobs[job_id]):
-                jobs[job_id] = get_job(http, job_id)
-        names = {job["target"] for job in jobs.values() if job.get("target")}
-        targets = {name: call_retrying(http, "GET", f"/api/targets/{name}") for name in names}
-        problems = check_settled(jobs, targets)
-        if not problems:
-            return jobs, targets
+                job = jobs[job_id] = get_job(http, job_id)
+                if not is_terminal(job) and not (job["status"] == "pending" and job.get("target")):
+                    blocked = job
+                    break
+        problems = [] if blocked is None else check_settled({blocked["id"]: blocked}, {})
+        if blocked is None:
+            names = {job["target"] for job in jobs.values() if job.get("target")}
+            targets = {name: call_retrying(http, "GET", f"/api/targets/{name}") for name in names}
+            problems = check_settled(jobs, targets)
+            if not problems:
+                return jobs, targets
         if time.monotonic() > deadline:
             raise AssertionError(f"L: not settled after {timeout}s: {problems[:10]}")
         time.sleep(interval)
@@ -911,29 +937,27 @@ def wait_ended(
     stuck: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout
     while True:
-        live = {}
-        with ThreadPoolExecutor(8) as readers:
-            read = list(readers.map(lambda job_id: get_job(http, job_id), pending))
-        for job_id, job in zip(pending, read, strict=True):
-            if is_terminal(job):
-                done[job_id] = job
-            else:
-                live[job_id] = job
-        if live:
-            closed = asyncio.run(execution_statuses(address, live))
-            for job_id, status in closed.items():
-                if status == "RUNNING":
-                    continue
-                # Read again: it may have ended between the two reads; now it cannot.
-                job = done[job_id] = get_job(http, job_id)
-                live.pop(job_id)
-                if not is_terminal(job):
-                    stuck[job_id] = job
-        pending = list(live)
+        # In order, up to the first live jobs whose executions still run (read_in_order).
+        while pending:
+            ended, live = read_in_order(http, pending)
+            done.update(ended)
+            if live:
+                closed = asyncio.run(execution_statuses(address, live))
+                for job_id, status in closed.items():
+                    if status == "RUNNING":
+                        continue
+                    # Read again: it may have ended between the two reads; now it cannot.
+                    job = done[job_id] = get_job(http, job_id)
+                    live.pop(job_id)
+                    if not is_terminal(job):
+                        stuck[job_id] = job
+            pending = [job_id for job_id in pending if job_id not in done]
+            if live:
+                break
         if not pending:
             return done, stuck
         if time.monotonic() > deadline:
-            sample = {j: live[j]["status"] for j in pending[:10]}
+            sample = {j: live[j]["status"] for j in pending[:10] if j in live}
             raise AssertionError(f"L: {len(pending)} jobs not terminal after {timeout}s: {sample}")
         time.sleep(interval)
 

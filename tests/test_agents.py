@@ -254,6 +254,7 @@ def test_registered_workers_are_listed_with_liveness_and_held_jobs(hub: Api, job
     assert any(w["worker_id"] == "session-worker" for w in natives)
 
 
+@pytest.mark.slow(27)
 def test_twenty_concurrent_claimers_complete_two_hundred_jobs_exactly_once(
     hub: Api, job_type: str
 ) -> None:

@@ -39,6 +39,7 @@ def shell_solver(tmp_path: Path) -> Solver:
     return Solver(path)
 
 
+@pytest.mark.slow(23)
 def test_a_burst_of_200_jobs_yields_each_jobs_whole_life_once_and_in_order(
     api: Api, job_type: str, shell_solver: Solver
 ) -> None:

@@ -154,6 +154,7 @@ open(os.path.join(pids, str(os.getpid())), "w").close()
 """
 
 
+@pytest.mark.slow(22)
 def test_hostile_solvers_fail_within_their_limits_and_leave_nothing_running(
     start_stack: Callable[..., Stack],
     job_type: str,

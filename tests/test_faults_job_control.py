@@ -125,6 +125,7 @@ class StartWatch:
 # -- 1. stops racing completion ----------------------------------------------------------
 
 
+@pytest.mark.slow(127)
 @pytest.mark.timeout(900 if faultkit.FULL else 300)
 def test_stops_racing_completion_end_each_job_completed_or_stopped_never_both(
     start_stack: Callable[..., Stack], temporal: DevServer, job_type: str, tmp_path: Path
@@ -314,6 +315,7 @@ async def test_a_result_and_the_stops_cancel_in_one_workflow_task_leave_the_job_
 # -- 2. stops sent while the worker is down ----------------------------------------------
 
 
+@pytest.mark.slow(25)
 @pytest.mark.parametrize("victim", ["solver-worker", "whole-worker"])
 @pytest.mark.timeout(900 if faultkit.FULL else 300)
 def test_stops_sent_while_the_worker_is_killed_end_every_job(
@@ -407,6 +409,7 @@ def test_stops_sent_while_the_worker_is_killed_end_every_job(
 # -- 3. an agent gone silent under a stop ------------------------------------------------
 
 
+@pytest.mark.slow(23)
 def test_stopped_jobs_whose_agent_went_silent_end_stopped_and_are_not_requeued(
     start_stack: Callable[..., Stack], temporal: DevServer, job_type: str
 ) -> None:
@@ -630,6 +633,7 @@ while True:
 """
 
 
+@pytest.mark.slow(18)
 def test_a_stopped_solver_group_that_ignores_sigterm_is_gone_within_the_grace(
     start_stack: Callable[..., Stack],
     make_solver: Callable[[str], Solver],

@@ -66,6 +66,7 @@ def _agent(
     return proc
 
 
+@pytest.mark.slow(42)
 @pytest.mark.timeout(900 if faultkit.FULL else 300)
 def test_baseline_two_native_workers_and_an_agent_lose_nothing(
     start_stack: Callable[..., Stack],
@@ -93,6 +94,7 @@ def test_baseline_two_native_workers_and_an_agent_lose_nothing(
     assert not faultkit.check_quiet(solver.path, caches)
 
 
+@pytest.mark.slow(40)
 @pytest.mark.timeout(900 if faultkit.FULL else 300)
 def test_killed_native_workers_lose_nothing(
     start_stack: Callable[..., Stack],
@@ -143,6 +145,7 @@ def _submit_in_thread(
     return thread
 
 
+@pytest.mark.slow(28)
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
 @pytest.mark.timeout(900 if faultkit.FULL else 300)
 def test_temporal_restart_loses_nothing_and_answers_503_while_down(
@@ -282,6 +285,7 @@ class SseClient:
             self._http.close()
 
 
+@pytest.mark.slow(48)
 @pytest.mark.timeout(900 if faultkit.FULL else 300)
 def test_killed_api_with_an_agent_and_sse_clients_loses_nothing(
     start_stack: Callable[..., Stack],

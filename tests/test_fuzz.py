@@ -20,6 +20,9 @@ from tests.conftest import SECRET, Api, Proc, base_env, wait_until
 from tests.faultkit import FULL, scale
 from worker.devserver import DevServer, free_port, wait_for_port
 
+# The schema fuzz alone takes about a minute in `make test` (tests/conftest.py).
+pytestmark = pytest.mark.slow(100)
+
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 # Long polls and streams: a fuzzed call would wait out its `wait` or never end. Their
 # auth is checked below like every other route's.

@@ -178,6 +178,7 @@ async def test_admissions_that_reach_a_gate_at_once_share_one_update(harness: Ha
     assert 2 <= updates < 10, updates
 
 
+@pytest.mark.slow(20)
 async def test_admissions_reaching_a_gate_as_it_continues_as_new_are_all_answered(
     harness: Harness,
 ) -> None:

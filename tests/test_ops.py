@@ -79,6 +79,7 @@ def test_ops_cancel_ends_a_pending_job(start_stack: Callable[..., Stack]) -> Non
     assert (answer.json()["status"], answer.json()["fail_reason"]) == ("failed", "cancelled")
 
 
+@pytest.mark.slow(22)
 def test_cleanup_deletes_old_closed_jobs_of_a_type_with_their_logs(
     api: Api, job_type: str, make_solver: Callable[[str], Solver], temporal: DevServer
 ) -> None:
