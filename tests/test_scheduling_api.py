@@ -261,6 +261,13 @@ async def test_an_admission_only_job_is_taken_now_or_refused_with_retry_after(
 
     ok(api.http.post(f"/api/groups/{name}/resume"))
     api.wait_status(first["id"], "completed")
+    # A job reads completed a moment before its units are back (it gives them back
+    # after its last transition, so no record shows two leases at once).
+    wait_until(
+        lambda: ok(api.http.get(f"/api/pools/{name}"))["in_use"] == 0,
+        timeout=30,
+        what="the units back",
+    )
     second = ok(api.http.post("/api/jobs", json=body), 201)
     api.wait_status(second["id"], "completed")
     # Nothing was made for the refused submissions: two jobs ever named the pool.
