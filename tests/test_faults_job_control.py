@@ -522,7 +522,10 @@ def test_log_chunks_resent_late_and_overlapping_are_stored_byte_for_byte(
     api = stack.api
     job_id = api.submit(type=job_type, heartbeat_timeout_ms=600_000)
     agent = "agent-logs"
-    claim = api.http.post("/api/jobs/claim", json={"worker_id": agent, "types": [job_type]})
+    # Long-polled: on a loaded machine the job's task may reach its queue after the submit.
+    claim = api.http.post(
+        "/api/jobs/claim", json={"worker_id": agent, "types": [job_type], "wait": 30}
+    )
     assert claim.status_code == 200 and claim.json()["id"] == job_id, claim.text
 
     output = _solver_output(rng, n)
