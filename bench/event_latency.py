@@ -256,14 +256,7 @@ async def run(bench: Bench) -> None:
         events_env["EVENTS_POLL_MS"] = str(args.poll_ms)
     api, api_port = bench.start_api(**events_env)
     worker = bench.start_noop_worker(JOB_TYPE, "bench-event-worker")
-    meter = CpuMeter(
-        {
-            "temporal": bench.server_pid(),
-            "api": api.process.pid,
-            "worker": worker.process.pid,
-            "bench (clients + submitter)": os.getpid(),
-        }
-    )
+    meter = bench.meter(api, worker, "bench (clients + submitter)")
     async with api_client(api_port, timeout=60) as http:
         # Warm-up: the type registry, the worker's caches, the feed's first ticks.
         for index in range(args.warmup):

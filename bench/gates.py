@@ -745,14 +745,7 @@ async def main_async(bench: Bench) -> None:
     client = await connect_when_healthy(bench.server.address)
     api, api_port = bench.start_api()
     worker = bench.start_noop_worker(JOB_TYPE, "bench-worker", WORKER_CORES=str(args.cores))
-    meter = CpuMeter(
-        {
-            "temporal": bench.server_pid(),
-            "api": api.process.pid,
-            "worker": worker.process.pid,
-            "bench": os.getpid(),
-        }
-    )
+    meter = bench.meter(api, worker)
     server_log = bench.server.log_path or bench.server.data_dir / "temporal.log"
     # The API (uvicorn) closes a connection idle for 5 s, httpx's default expiry: a
     # shorter one keeps a pooled connection from being reused just as it is closed.

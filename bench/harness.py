@@ -377,6 +377,17 @@ class Bench:
         assert self.server.process is not None
         return self.server.process.pid
 
+    def meter(self, api: Proc, worker: Proc, bench_label: str = "bench") -> CpuMeter:
+        """CPU of the dev server, the API, the worker and this process."""
+        return CpuMeter(
+            {
+                "temporal": self.server_pid(),
+                "api": api.process.pid,
+                "worker": worker.process.pid,
+                bench_label: os.getpid(),
+            }
+        )
+
     def stop_all(self) -> None:
         """Stop every child, newest first, then the server."""
         for child in reversed(self.children):

@@ -61,6 +61,7 @@ from bench.harness import (
     run_bench,
     submit_job,
 )
+from worker.hub_client import SseParser
 
 JOB_TYPE = "progressbench"
 # Writes `rate` progress lines a second for `duration` s (none at rate 0), then answers.
@@ -113,21 +114,10 @@ class Stream:
             if response.status_code != 200:
                 raise RuntimeError(f"GET /api/jobs/events: {response.status_code}")
             self.connected.set()
-            name, event_id, data = "message", "", list[str]()
+            parser = SseParser()
             async for line in response.aiter_lines():
-                if line:
-                    key, _, value = line.partition(":")
-                    value = value.removeprefix(" ")
-                    if key == "event":
-                        name = value
-                    elif key == "id":
-                        event_id = value
-                    elif key == "data":
-                        data.append(value)
-                    continue
-                if data:
-                    self.events.append((name, event_id, json.loads("\n".join(data)), now()))
-                name, event_id, data = "message", "", list[str]()
+                if (event := parser.feed(line)) is not None:
+                    self.events.append((*event, now()))
 
     def of(self, job_id: str, name: str) -> list[tuple[str, dict[str, Any], float]]:
         """One job's events of one name: (id, data, arrival)."""

@@ -236,14 +236,7 @@ async def jobforge_phase(bench: Bench, client: Client) -> Phase:
     args = bench.args
     api, api_port = bench.start_api()
     worker = bench.start_noop_worker(JOB_TYPE, "bench-worker", WORKER_CORES=str(args.cores))
-    meter = CpuMeter(
-        {
-            "temporal": bench.server_pid(),
-            "api": api.process.pid,
-            "worker": worker.process.pid,
-            "bench": os.getpid(),
-        }
-    )
+    meter = bench.meter(api, worker)
     # Idle jobforge processes would only add noise to the other phase: both stop after.
     with api, worker:
         async with api_client(api_port, timeout=120, connections=args.concurrency) as http:

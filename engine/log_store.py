@@ -160,6 +160,16 @@ def remove(root: Path, job_id: str) -> None:
         shutil.rmtree(root / job_id, ignore_errors=True)
 
 
+def split_lines(partial: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
+    """A stream's unterminated tail plus a new chunk: its complete lines (newline-split;
+    a line longer than LINE_MAX is cut into pieces) and the new unterminated tail."""
+    *complete, rest = (partial + chunk).split(b"\n")
+    while len(rest) > LINE_MAX:
+        complete.append(rest[:LINE_MAX])
+        rest = rest[LINE_MAX:]
+    return complete, rest
+
+
 @dataclass
 class AttemptLog:
     """A native attempt's log as its solver writes: chunks of stdout and stderr cut into
@@ -174,12 +184,7 @@ class AttemptLog:
     _cut: bool = False
 
     def write(self, stream: Literal["stdout", "stderr"], chunk: bytes) -> None:
-        data = self._partial.get(stream, b"") + chunk
-        *complete, rest = data.split(b"\n")
-        while len(rest) > LINE_MAX:
-            complete.append(rest[:LINE_MAX])
-            rest = rest[LINE_MAX:]
-        self._partial[stream] = rest
+        complete, self._partial[stream] = split_lines(self._partial.get(stream, b""), chunk)
         self._append(stream, complete)
 
     def close(self) -> None:

@@ -13,14 +13,17 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
@@ -547,3 +550,76 @@ async def test_a_retry_due_after_the_deadline_ends_the_job_deadline_exceeded(
     )
     assert job.attempts == 1
     assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
+
+
+# -- why a gated job keeps its last workflow task --------------------------------------
+
+
+@workflow.defn(name="SignalSink")
+class SignalSink:
+    def __init__(self) -> None:
+        self.hits = 0
+
+    @workflow.signal
+    def hit(self) -> None:
+        self.hits += 1
+
+    @workflow.query
+    def count(self) -> int:
+        return self.hits
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+
+@workflow.defn(name="SignalThenReturn")
+class SignalThenReturn:
+    @workflow.run
+    async def run(self, sink: str, wait: bool) -> None:
+        sent = asyncio.ensure_future(workflow.get_external_workflow_handle(sink).signal("hit"))
+        if wait:
+            await sent
+
+
+async def test_a_signal_sent_in_the_task_that_completes_the_workflow_is_dropped(
+    client: Client,
+) -> None:
+    # What docs/scheduling.md rests on: a job cannot give its leases back in its last
+    # workflow task; it waits one more for its release to be delivered.
+    queue = f"signal-probe-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[SignalSink, SignalThenReturn],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        sink = await client.start_workflow(SignalSink.run, id=queue, task_queue=queue)
+        await client.execute_workflow(
+            SignalThenReturn.run, args=[queue, True], id=f"{queue}-w", task_queue=queue
+        )
+        await wait_until_async(
+            lambda: _hits_are(sink, 1), timeout=10, what="the awaited signal delivered"
+        )
+        handle = await client.start_workflow(
+            SignalThenReturn.run, args=[queue, False], id=f"{queue}-n", task_queue=queue
+        )
+        await handle.result()
+        history = await handle.fetch_history()
+        assert EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED in [
+            e.event_type for e in history.events
+        ]
+        # The awaited one was delivered within the first wait; a second awaited signal
+        # proves the sink still takes signals, and the unawaited one never arrived.
+        await client.execute_workflow(
+            SignalThenReturn.run, args=[queue, True], id=f"{queue}-w2", task_queue=queue
+        )
+        await wait_until_async(
+            lambda: _hits_are(sink, 2), timeout=10, what="the second awaited signal"
+        )
+        assert await sink.query(SignalSink.count) == 2
+        await sink.terminate("probe done")
+
+
+async def _hits_are(sink: WorkflowHandle[SignalSink, None], expected: int) -> bool:
+    return await sink.query(SignalSink.count) == expected

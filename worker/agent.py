@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.exceptions import ApplicationError
 
 from activities import solver
-from engine.log_store import LINE_MAX, AttemptLog
+from engine.log_store import AttemptLog, split_lines
 from worker.host_telemetry import HostSampler
 from worker.hub_client import HubSettings
 from worker.settings import SolverSettings, WorkerSettings
@@ -346,12 +346,7 @@ class LogUploader:
 
     def write(self, stream: Literal["stdout", "stderr"], chunk: bytes) -> None:
         """A chunk of the solver's output (called by the runner as it reads)."""
-        data = self._partial.get(stream, b"") + chunk
-        *complete, rest = data.split(b"\n")
-        while len(rest) > LINE_MAX:
-            complete.append(rest[:LINE_MAX])
-            rest = rest[LINE_MAX:]
-        self._partial[stream] = rest
+        complete, self._partial[stream] = split_lines(self._partial.get(stream, b""), chunk)
         for raw in complete:
             self._queue(stream, raw)
 

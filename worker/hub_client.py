@@ -302,20 +302,38 @@ def _target_path(name: str, *action: str) -> str:
     return "/".join(("/api/targets", quote(name, safe="/"), *action))
 
 
-def server_sent_events(lines: Iterator[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """Parse text/event-stream lines into (event, id, JSON data); comments are skipped."""
-    name, event_id, data = "message", "", list[str]()
-    for line in lines:
+class SseParser:
+    """text/event-stream lines in, one at a time; each complete event out as (event, id,
+    JSON data). Comments and unknown fields are skipped."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._name, self._id, self._data = "message", "", list[str]()
+
+    def feed(self, line: str) -> tuple[str, str, dict[str, Any]] | None:
+        """The event that this line (an empty one) completes, if any."""
         if not line:
-            if data:
-                yield name, event_id, json.loads("\n".join(data))
-            name, event_id, data = "message", "", list[str]()
-            continue
+            event = (
+                (self._name, self._id, json.loads("\n".join(self._data))) if self._data else None
+            )
+            self._reset()
+            return event
         field, _, value = line.partition(":")
         value = value.removeprefix(" ")
         if field == "event":
-            name = value
+            self._name = value
         elif field == "id":
-            event_id = value
+            self._id = value
         elif field == "data":
-            data.append(value)
+            self._data.append(value)
+        return None
+
+
+def server_sent_events(lines: Iterator[str]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Parse text/event-stream lines into (event, id, JSON data); comments are skipped."""
+    parser = SseParser()
+    for line in lines:
+        if (event := parser.feed(line)) is not None:
+            yield event
