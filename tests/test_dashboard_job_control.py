@@ -66,10 +66,10 @@ def job_when(api: Api, job_id: str, check: Callable[[dict[str, Any]], bool], wha
     return wait_until(read, timeout=30, what=what)
 
 
-def test_a_running_jobs_progress_and_log_lines_show_and_follow_it(
-    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
-) -> None:
-    gate = str(tmp_path / "gate")
+def talking_job_signed_in(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], gate: str
+) -> str:
+    """A TALKING_SOLVER job running with its first progress, and the dashboard open."""
     job_id = api.submit(**make_solver(TALKING_SOLVER).spec(job_type, params={"gate": gate}))
     job_when(
         api,
@@ -78,6 +78,14 @@ def test_a_running_jobs_progress_and_log_lines_show_and_follow_it(
         "the job running with its first progress",
     )
     sign_in(page, api, job_type=job_type)
+    return job_id
+
+
+def test_a_running_jobs_progress_and_log_lines_show_and_follow_it(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
+) -> None:
+    gate = str(tmp_path / "gate")
+    job_id = talking_job_signed_in(page, api, job_type, make_solver, gate)
     row(page, job_id).click()
     expect(page.locator("#detail-id")).to_have_text(job_id)
 
@@ -118,14 +126,7 @@ def test_a_running_jobs_progress_bars_move_with_the_event_stream(
     page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver], tmp_path: Path
 ) -> None:
     gate = str(tmp_path / "gate")
-    job_id = api.submit(**make_solver(TALKING_SOLVER).spec(job_type, params={"gate": gate}))
-    job_when(
-        api,
-        job_id,
-        lambda j: j["status"] == "running" and (j["progress"] or {}).get("fraction") == 0.4,
-        "the job running with its first progress",
-    )
-    sign_in(page, api, job_type=job_type)
+    job_id = talking_job_signed_in(page, api, job_type, make_solver, gate)
     # A page of rows carries no progress: the row's bar comes from the stream.
     row_bar = row(page, job_id).locator(".row-progress")
     expect(row_bar).to_have_attribute("data-fraction", "0.4", timeout=LIVE_TIMEOUT_MS)
