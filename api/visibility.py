@@ -70,7 +70,9 @@ class PageTokens:
     def open(self, query: str, page_token: str) -> bytes:
         """The token inside `page_token`, if this API issued it for `query`."""
         try:
-            sealed = base64.urlsafe_b64decode(page_token.encode())
+            # Strict: the lenient decoder ignores data after the padding, so a token
+            # with anything appended would pass for the token itself.
+            sealed = base64.b64decode(page_token.encode(), altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
             sealed = b""
         mac, token = sealed[: self.MAC_BYTES], sealed[self.MAC_BYTES :]
