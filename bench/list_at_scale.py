@@ -1,7 +1,7 @@
 """List, count and metrics routes as the job pile grows: 1,000, 10,000, 100,000 jobs.
 
     .venv/bin/python -m bench.list_at_scale [--steps 1000,10000,100000] [--requests 20]
-        [--keep-data DIR] [--paints 3]
+        [--keep-data DIR] [--paints 3] [--fill-only]
 
 One headless dev server (its data in `--keep-data DIR` when given, kept between runs:
 a rerun counts the jobs already there and fills only the difference). At each step the
@@ -487,7 +487,8 @@ async def run(bench: Bench) -> None:
         for step in args.steps:
             print(f"\n== step: {step} jobs (load {load_average()})", flush=True)
             await fill_to(bench, client, temporal, step, final)
-            await measure(bench, await count(client, JOBS))
+            if not args.fill_only:
+                await measure(bench, await count(client, JOBS))
 
 
 def parse_steps(text: str) -> list[int]:
@@ -531,6 +532,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--fill-timeout", type=float, default=6 * 3600, help="max seconds per fill step"
     )
     parser.add_argument("--seed", default="list-at-scale", help="seed of the job mix")
+    parser.add_argument(
+        "--fill-only", action="store_true", help="fill to each step and time nothing"
+    )
     args = parser.parse_args(argv)
     if args.requests < 1 or args.concurrency < 1 or args.ahead < 1:
         parser.error("--requests, --concurrency and --ahead must be at least 1")
