@@ -8,7 +8,6 @@ import hashlib
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +18,6 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     WorkflowExecution,
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -32,6 +30,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import visibility
+from api.job_reads import FETCH_CONCURRENCY, JobReader
 from api.settings import ApiSettings
 from engine import log_store
 from engine.clock import now_ms
@@ -79,8 +78,6 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 CLEANUP_MAX = 1000
 # The largest page of full jobs (each is one read); a larger `limit` is cut to this.
 LIST_LIMIT_MAX = 500
-# Closed jobs kept in memory once read (a closed run never changes): at most this many.
-CLOSED_CACHE_MAX = 2000
 
 
 @dataclass
@@ -91,7 +88,6 @@ class JobList:
     next_page_token: str | None
 
 
-LIST_FETCH_CONCURRENCY = 16
 KNOWN_TYPES_TTL_S = 1.0
 SPEC_FIELDS = set(JobSpec.model_fields)
 
@@ -120,7 +116,7 @@ class JobService:
         self._settings = settings
         self._solver_urls = solver_urls
         self._tokens = visibility.PageTokens(settings.forge_ingest_secret)
-        self._closed: OrderedDict[tuple[str, str | None], Job] = OrderedDict()
+        self._reader = JobReader(client, self.get)
         self._registered_types: set[str] = set()
         self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
 
@@ -308,33 +304,8 @@ class JobService:
                 self._client, query, offset=start, limit=limit, thresholds=self._settings.thresholds
             )
             after = str(rows.next_offset).encode() if rows.next_offset is not None else None
-        jobs = await self._read_all(rows.executions)
+        jobs = await self._reader.read_all(rows.executions)
         return JobList(jobs, self._tokens.seal(signed_for, after) if after else None)
-
-    async def _read_all(self, executions: list[WorkflowExecution]) -> list[Job]:
-        """Each listed job in full, in order; a closed one from the cache once read (a
-        closed run never changes), an open one asked of its workflow."""
-        gate = asyncio.Semaphore(LIST_FETCH_CONCURRENCY)
-
-        async def read(execution: WorkflowExecution) -> Job | None:
-            key = (execution.id, execution.run_id)
-            closed = execution.status not in (None, WorkflowExecutionStatus.RUNNING)
-            if closed and (cached := self._closed.get(key)) is not None:
-                self._closed.move_to_end(key)
-                return cached
-            async with gate:
-                try:
-                    job = await self.get(execution.id)
-                except JobNotFound:
-                    return None
-            if closed:
-                self._closed[key] = job
-                while len(self._closed) > CLOSED_CACHE_MAX:
-                    self._closed.popitem(last=False)
-            return job
-
-        jobs = await asyncio.gather(*(read(execution) for execution in executions))
-        return [job for job in jobs if job is not None]
 
     # -- stop ----------------------------------------------------------------------
 
@@ -385,7 +356,7 @@ class JobService:
         if job_type is not None:
             query += f" AND {search_attributes.TYPE.name} = '{job_type}'"
         rows = await visibility.recent(self._client, query, offset=0, limit=CLEANUP_MAX)
-        gate = asyncio.Semaphore(LIST_FETCH_CONCURRENCY)
+        gate = asyncio.Semaphore(FETCH_CONCURRENCY)
 
         async def delete(execution: WorkflowExecution) -> bool:
             request = DeleteWorkflowExecutionRequest(
@@ -401,7 +372,7 @@ class JobService:
                     if err.status == RPCStatusCode.NOT_FOUND:
                         return False  # deleted meanwhile
                     raise
-            self._closed.pop((execution.id, execution.run_id), None)
+            self._reader.forget(execution)
             log_store.remove(self._logs.root, execution.id)
             return True
 

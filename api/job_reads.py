@@ -1,0 +1,193 @@
+"""Jobs of a listing read in full at the cost of their page, without replaying them.
+
+A job query replays the job's workflow on a worker when the worker no longer holds it:
+every job that waits long (pending jobs of a busy type) or has closed. A page of such
+jobs then costs a replay per row. Most rows need none:
+
+- a closed job that completed returned its `Job`: the close event holds it (one history
+  read of one event, no worker);
+- a plain pending job that nothing has happened to yet (its memo holds only the
+  submit's transition) is its submit input as `pending_job` made it, its first attempt
+  scheduled or not: the first events of its history say which;
+- what was read of either is kept: a closed run never changes, and an untouched job's
+  input never does.
+
+Every other row (a job that is running, was retried, waits at a gate or a clock, or
+closed any other way) is asked of its workflow, as `GET /api/jobs/{id}` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from pydantic import ValidationError
+from temporalio.api.common.v1 import WorkflowExecution as ProtoExecution
+from temporalio.api.enums.v1 import EventType, HistoryEventFilterType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from workflows.errors import JobNotFound
+from workflows.models import EventsMemo, Job, JobInput, JobStatus, pending_job
+from workflows.names import EVENTS_MEMO, attempt_activity_id
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# Rows read at once for one page.
+FETCH_CONCURRENCY = 16
+# Jobs (closed) and inputs (untouched pending jobs) kept once read: at most this many.
+CACHE_MAX = 4000
+# The first events of a job's history: its start, and its first workflow task's
+# commands (the first attempt's activity among them).
+FIRST_EVENTS = 16
+READ_TIMEOUT = timedelta(seconds=10)
+
+
+class Lru(OrderedDict[K, V]):
+    """A dict that forgets its least recently used entries past `size`."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self._size = size
+
+    def get_fresh(self, key: K) -> V | None:
+        """The value of `key`, now the most recently used; None if absent."""
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> V:
+        """Keep `value` under `key`, forgetting the oldest past the size."""
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self._size:
+            self.popitem(last=False)
+        return value
+
+
+Query = Callable[[str], Awaitable[Job]]
+
+
+class JobReader:
+    """Listed executions as full jobs, in order (see the module's text)."""
+
+    def __init__(self, client: Client, query: Query) -> None:
+        self._client = client
+        self._query = query
+        self._closed: Lru[tuple[str, str | None], Job] = Lru(CACHE_MAX)
+        self._untouched: Lru[tuple[str, str | None], Job] = Lru(CACHE_MAX)
+
+    async def read_all(self, executions: list[WorkflowExecution]) -> list[Job]:
+        """Each execution's job, in order; one that has gone meanwhile is left out."""
+        gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+        async def read(execution: WorkflowExecution) -> Job | None:
+            async with gate:
+                try:
+                    return await self.read(execution)
+                except JobNotFound:
+                    return None
+
+        jobs = await asyncio.gather(*(read(execution) for execution in executions))
+        return [job for job in jobs if job is not None]
+
+    async def read(self, execution: WorkflowExecution) -> Job:
+        """One listed execution's job."""
+        key = (execution.id, execution.run_id)
+        if execution.status not in (None, WorkflowExecutionStatus.RUNNING):
+            if (job := self._closed.get_fresh(key)) is None:
+                job = await self._closed_job(execution) or await self._query(execution.id)
+                self._closed.put(key, job)
+            return job
+        if await self._untouched_memo(execution):
+            job = self._untouched.get_fresh(key) or await self._untouched_job(execution)
+            if job is not None:
+                return self._untouched.put(key, job) if job.attempt else job
+        return await self._query(execution.id)
+
+    def forget(self, execution: WorkflowExecution) -> None:
+        """Drop what was kept of a run (deleted)."""
+        self._closed.pop((execution.id, execution.run_id), None)
+        self._untouched.pop((execution.id, execution.run_id), None)
+
+    async def _history(
+        self, execution: WorkflowExecution, *, size: int, close_only: bool = False
+    ) -> list[HistoryEvent]:
+        request = GetWorkflowExecutionHistoryRequest(
+            namespace=self._client.namespace,
+            execution=ProtoExecution(workflow_id=execution.id, run_id=execution.run_id),
+            maximum_page_size=size,
+            history_event_filter_type=(
+                HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT
+                if close_only
+                else HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT
+            ),
+        )
+        try:
+            response = await self._client.workflow_service.get_workflow_execution_history(
+                request, retry=True, timeout=READ_TIMEOUT
+            )
+        except RPCError as err:
+            log.warning("cannot read the history of %s: %s", execution.id, err)
+            return []
+        return list(response.history.events)
+
+    async def _decode(self, payloads: object, model: type[V]) -> V | None:
+        try:
+            values = await self._client.data_converter.decode(payloads, [model])  # type: ignore[arg-type]
+        except (ValidationError, ValueError, TypeError) as err:
+            log.warning("cannot decode a %s from a history: %s", model.__name__, err)
+            return None
+        value: V = values[0]
+        return value
+
+    async def _closed_job(self, execution: WorkflowExecution) -> Job | None:
+        """The job a completed run returned, from its close event; None otherwise."""
+        if execution.status != WorkflowExecutionStatus.COMPLETED:
+            return None
+        events = await self._history(execution, size=1, close_only=True)
+        if not events or events[0].event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            return None
+        result = events[0].workflow_execution_completed_event_attributes.result.payloads
+        return await self._decode(result, Job)
+
+    async def _untouched_memo(self, execution: WorkflowExecution) -> bool:
+        """Whether the job's memo holds only its submit's transition."""
+        raw = (await execution.memo()).get(EVENTS_MEMO)
+        if raw is None:
+            return False
+        try:
+            transitions = EventsMemo.model_validate(raw).transitions
+        except ValidationError:
+            return False
+        return len(transitions) == 1 and transitions[0].status == JobStatus.PENDING
+
+    async def _untouched_job(self, execution: WorkflowExecution) -> Job | None:
+        """An untouched plain job from its input, and its first attempt if scheduled;
+        None for a job that takes the scheduled path (its state is its workflow's)."""
+        events = await self._history(execution, size=FIRST_EVENTS)
+        if not events:
+            return None
+        started = events[0].workflow_execution_started_event_attributes
+        inp = await self._decode(started.input.payloads, JobInput)
+        if inp is None or inp.spec.scheduled:
+            return None
+        job = pending_job(inp)
+        first = attempt_activity_id(1)
+        if any(
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_id == first
+            for event in events
+        ):
+            job.attempt = 1
+        return job

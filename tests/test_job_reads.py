@@ -1,0 +1,58 @@
+"""A page of jobs reads each job as `GET /api/jobs/{id}` does (api/job_reads.py), and
+reads a waiting or completed job without its workflow: a page of them answers with no
+workflow worker up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tests.conftest import Api, Solver, Stack, wait_until
+
+# What only a live read adds (the running attempt's details, the gate's sharpening).
+LIVE = ("waiting_for", "progress", "lease_expires_at")
+
+
+def stored(job: dict[str, Any]) -> dict[str, Any]:
+    """A job without what only a live read adds."""
+    return {key: value for key, value in job.items() if key not in LIVE}
+
+
+def listed(api: Api, **params: Any) -> dict[str, dict[str, Any]]:
+    answer = api.http.get("/api/jobs", params={"limit": 50, **params})
+    assert answer.status_code == 200, answer.text
+    return {job["id"]: stored(job) for job in answer.json()}
+
+
+def test_a_page_reads_jobs_as_their_workflows_hold_them_and_waiting_or_done_ones_without_replay(
+    start_stack: Callable[..., Stack],
+    start_api: Callable[..., Api],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+) -> None:
+    stack = start_stack()
+    api = stack.api
+    solver = make_solver('print(json.dumps({"ok": True}))\n')
+    stack.worker(job_type, "reads-worker")
+    done = [api.submit(**solver.spec(job_type, params={"n": n})) for n in range(2)]
+    for job_id in done:
+        api.wait_status(job_id, "completed")
+    idle = f"{job_type}-idle"  # no worker serves it
+    waiting = [api.submit(type=idle, params={"n": n}, priority=n) for n in range(3)]
+    cancelled = api.submit(type=idle)
+    assert api.http.delete(f"/api/jobs/{cancelled}").status_code == 204
+    api.wait_status(cancelled, "failed")
+    for job_id in waiting:  # its first attempt scheduled
+        wait_until(lambda job_id=job_id: api.job(job_id)["attempt"] == 1, what="attempt 1")
+    truth = {job_id: stored(api.job(job_id)) for job_id in [*done, *waiting, cancelled]}
+
+    page = listed(api, type=job_type) | listed(api, type=idle)
+    assert page == truth
+
+    # Without a workflow worker, a query finds nobody to replay the job; a fresh API
+    # (nothing kept yet) still lists the waiting and the completed jobs.
+    stack.procs[1].stop(timeout=15)
+    fresh = start_api(**stack.queues)
+    stack.procs.append(fresh.proc)
+    page = listed(fresh, type=job_type) | listed(fresh, type=idle, status="pending")
+    assert page == {job_id: truth[job_id] for job_id in [*done, *waiting]}
