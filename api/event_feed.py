@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
@@ -89,6 +89,9 @@ class JobEvent(JobIdentity, Transition):
 
     event: str
     id: str
+    fail_reason: str | None = Field(
+        default=None, description="Of a failed or quarantined job: why (`cancelled`, …)"
+    )
 
 
 class JobProgress(JobEvent):
@@ -105,21 +108,23 @@ class JobProgress(JobEvent):
 
 
 def event_name(transition: Transition) -> str:
-    """`job:created`, `job:cancelled`, … for a transition."""
+    """`job:created`, `job:failed`, … for a transition. A cancel is the spec's
+    `job:failed`, told apart by its `fail_reason` (`cancelled`): a client that listens
+    to the spec's five names sees every job end."""
     if transition.status == JobStatus.PENDING:
         return "job:created" if transition.seq == 1 else "job:pending"
-    if transition.status == JobStatus.FAILED and transition.reason == ErrorType.CANCELLED.value:
-        return "job:cancelled"
     return EVENT_NAMES[transition.status]
 
 
 def make_event(job_id: str, memo: EventsMemo, transition: Transition) -> JobEvent:
     """The stream's view of one transition."""
+    ended_badly = transition.status in (JobStatus.FAILED, JobStatus.QUARANTINED)
     return JobEvent(
         **memo.model_dump(exclude={"transitions"}),
         **transition.model_dump(),
         event=event_name(transition),
         id=job_id,
+        fail_reason=transition.reason if ended_badly else None,
     )
 
 

@@ -218,7 +218,6 @@ EVENT_STATUS = {
     "job:failed": "failed",
     "job:pending": "pending",
     "job:quarantined": "quarantined",
-    "job:cancelled": "failed",
     "job:stop_requested": "stop_requested",
     "job:stopped": "stopped",
 }

@@ -129,3 +129,24 @@ def test_the_stream_needs_a_token_when_the_operator_asks_for_it(
         assert SECRET not in token
         with http.stream("GET", url, params={"token": token}) as response:
             assert response.status_code == 200
+
+
+def test_a_cancel_is_sent_as_the_specs_job_failed_with_fail_reason_cancelled(api: Api) -> None:
+    idle = "nobody-serves-this-cancel"
+    collector = Collector(
+        f"{api.url}/api/jobs/events",
+        {"type": idle},
+        lambda events: any(e.data.get("fail_reason") == "cancelled" for e in events),
+    )
+    thread = collector.run(deadline_s=60)
+    assert collector.connected.wait(15)
+    job_id = api.submit(type=idle)
+    assert api.http.delete(f"/api/jobs/{job_id}").status_code == 204
+    thread.join(70)
+
+    assert collector.error is None, collector.error
+    mine = [e for e in collector.events if e.data["id"] == job_id]
+    assert [(e.event, e.data["status"], e.data["fail_reason"]) for e in mine] == [
+        ("job:created", "pending", None),
+        ("job:failed", "failed", "cancelled"),
+    ]

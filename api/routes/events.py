@@ -98,8 +98,8 @@ async def job_events(
 ) -> AsyncIterable[ServerSentEvent]:
     """Every job transition, per job in order; resumable with `Last-Event-ID`.
 
-    Events: job:created, job:assigned, job:running, job:completed, job:failed,
-    job:pending (re-queued), job:quarantined, job:cancelled, job:stop_requested,
+    Events: job:created, job:assigned, job:running, job:completed, job:failed (a cancel too,
+    with fail_reason cancelled), job:pending (re-queued), job:quarantined, job:stop_requested,
     job:stopped; and job:progress, a running job's progress when it changed (at most
     once per PROGRESS_PUBLISH_MS per job, live only: no id, not replayed on resume).
     Open unless the API runs with EVENTS_REQUIRE_TOKEN=true (then a bearer token or

@@ -13,7 +13,7 @@ const STATUSES = [
 ];
 const EVENT_NAMES = [
   "job:created", "job:assigned", "job:running", "job:completed",
-  "job:failed", "job:pending", "job:quarantined", "job:cancelled",
+  "job:failed", "job:pending", "job:quarantined",
   "job:stop_requested", "job:stopped", "job:progress",
 ];
 const CANCELLABLE = new Set(["pending", "assigned"]);
