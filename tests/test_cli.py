@@ -15,10 +15,21 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.conftest import PYTHON, REGISTERED_TYPE, ROOT, SECRET, Api, Solver, wait_until
-from worker.devserver import free_port
+from tests.conftest import (
+    PYTHON,
+    REGISTERED_TYPE,
+    ROOT,
+    SECRET,
+    Api,
+    Proc,
+    Solver,
+    base_env,
+    wait_until,
+)
+from worker.devserver import DevServer, free_port, wait_for_port
 
 JOBFORGE = Path(PYTHON).with_name("jobforge")  # the console script, as installed
 HUB_ENV = ("HUB_URL", "FORGE_INGEST_SECRET")
@@ -348,3 +359,19 @@ def test_watch_prints_a_progress_event_with_its_fraction_and_message() -> None:
     line = _event_line("job:progress", event).plain
     assert "job:progress" in line and line.endswith("25% step 2 of 8")
     assert not _event_line("job:running", {**event, "progress": None}).plain.endswith("%")
+
+
+def test_jobforge_api_listens_on_the_port_a_paas_sets_in_port(
+    temporal: DevServer, spawn: Callable[..., Proc]
+) -> None:
+    port = free_port()
+    proc = spawn(["api"], base_env(temporal, PORT=str(port)))
+    wait_for_port(port, 30, proc.process)
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+    finally:
+        proc.stop(timeout=15)
+
+    result = jobforge("http://unused", "api", PORT="eighty")
+    assert result.returncode == 2
+    assert "PORT" in one_error_line(result)

@@ -99,8 +99,19 @@ def agent() -> None:
 
 @command(cls=_Command)
 def api(
-    host: Annotated[str, typer.Option(metavar="HOST", help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(metavar="PORT", help="Port to listen on.")] = 8000,
+    host: Annotated[
+        str, typer.Option(metavar="HOST", envvar="API_HOST", help="Interface to bind.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(
+            metavar="PORT",
+            envvar="PORT",
+            min=1,
+            max=65535,
+            help="Port to listen on (a PaaS sets PORT).",
+        ),
+    ] = 8000,
 ) -> None:
     """Run the REST API and dashboard (FORGE_INGEST_SECRET, TEMPORAL_* env)."""
     import uvicorn

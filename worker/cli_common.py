@@ -44,11 +44,25 @@ def _plain(params: list[Any]) -> list[Any]:
     return params
 
 
+# Click's UsageError (a bad option, argument or value), which Typer vendors without
+# exporting it: the base of the BadParameter it does export.
+USAGE_ERROR: type[Any] = typer.BadParameter.__mro__[1]
+assert USAGE_ERROR.__name__ == "UsageError", USAGE_ERROR
+
+
 class _Command(TyperCommand):
-    """A command whose help names values by metavar (`--params JSON`)."""
+    """A command whose help names values by metavar (`--params JSON`), and whose bad
+    option or argument is one line on stderr (exit 2), as every other error."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain(super().get_params(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            parsed: list[str] = super().parse_args(ctx, args)
+        except USAGE_ERROR as err:
+            _fail(err.format_message(), 2)
+        return parsed
 
 
 class _Group(TyperGroup):
