@@ -364,3 +364,50 @@ def test_a_worker_request_with_a_bad_field_answers_422_naming_it(
 
     assert response.status_code == 422, response.text
     assert field in response.json()["error"]
+
+
+def agent_variables() -> set[str]:
+    """Every environment variable `jobforge agent` reads, from its settings classes."""
+    from pydantic_settings import BaseSettings
+
+    from worker.agent import AgentSettings
+    from worker.hub_client import HubSettings
+    from worker.settings import SolverSettings, WorkerSettings
+
+    def names(cls: type[BaseSettings]) -> set[str]:
+        prefix = cls.model_config.get("env_prefix", "")
+        return {
+            alias if isinstance(alias := field.validation_alias, str) else f"{prefix}{name}".upper()
+            for name, field in cls.model_fields.items()
+            if not field.exclude
+        }
+
+    native_only = {"WORKER_RUN_WORKFLOWS", "WORKER_TYPE_POLL_MS", "WORKER_METRICS_PORT"}
+    every = set().union(*map(names, (HubSettings, AgentSettings, WorkerSettings, SolverSettings)))
+    return every - native_only
+
+
+def test_the_agent_env_example_names_every_setting_and_an_agent_runs_from_it(
+    hub: Api, spawn: Callable[..., Proc], temporal: DevServer, tmp_path: Path
+) -> None:
+    example = Path(__file__).parent.parent / "docs" / "agent.env.example"
+    named = {
+        line.lstrip("# ").split("=", 1)[0]
+        for line in example.read_text().splitlines()
+        if "=" in line and line.lstrip("# ").split("=", 1)[0].isupper()
+    }
+    assert named == agent_variables()
+
+    worker_id = f"from-env-file-{uuid.uuid4().hex[:6]}"
+    env_file = tmp_path / "agent.env"
+    env_file.write_text(
+        example.read_text()
+        .replace("HUB_URL=http://127.0.0.1:8000", f"HUB_URL={hub.url}")
+        .replace("FORGE_INGEST_SECRET=", f"FORGE_INGEST_SECRET={SECRET}")
+        .replace("# NODE_ID=", f"NODE_ID={worker_id}")
+        .replace("# WORKER_ENABLED=true", "WORKER_ENABLED=false")
+    )
+    env = {k: v for k, v in base_env(temporal).items() if k not in agent_variables()}
+    proc = spawn(["agent", "--env-file", str(env_file)], env)
+    assert proc.process.wait(timeout=60) == 0, proc.output()
+    assert worker_id in {w["worker_id"] for w in hub.http.get("/api/workers").json()}

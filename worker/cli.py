@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from dotenv import load_dotenv
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
@@ -85,12 +86,25 @@ def worker() -> None:
 
 
 @command(cls=_Command)
-def agent() -> None:
+def agent(
+    env_file: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            exists=True,
+            dir_okay=False,
+            help="Read settings from this file too (docs/agent.env.example); "
+            "the environment wins.",
+        ),
+    ] = None,
+) -> None:
     """Run an HTTP-only worker (HUB_URL, NODE_ID, FORGE_INGEST_SECRET, WORKER_* env)."""
     from worker.agent import AgentSettings, serve
     from worker.settings import SolverSettings
 
     _logging()
+    if env_file is not None:
+        load_dotenv(env_file, override=False)
     with _settings("agent"):
         settings = (AgentSettings(), SolverSettings())
     asyncio.run(serve(*settings))
