@@ -14,8 +14,9 @@ from starlette.datastructures import Headers
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import errors, openapi
+from api import contracts, errors, openapi
 from api.agent_bridge import Bridge
+from api.contracts.mounting import ContractSettings
 from api.deps import Config, Services
 from api.event_feed import EventFeed, FeedSettings
 from api.gate_service import GateService
@@ -74,6 +75,7 @@ def create_app(
     settings: ApiSettings | None = None,
     temporal: TemporalSettings | None = None,
     solver_urls: SolverUrlSettings | None = None,
+    contract_settings: ContractSettings | None = None,
 ) -> FastAPI:
     """Build the app; it connects to Temporal lazily, so it starts while Temporal is down."""
     settings = (settings or ApiSettings()).with_secret()
@@ -121,6 +123,7 @@ def create_app(
     modules = (health, metrics, dashboard, events, workers, agents, jobs, logs, scheduling, ops)
     for module in modules:
         app.include_router(module.router)
+    contracts.mount(app, contract_settings or ContractSettings())
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.
     app.add_api_route("/", _dashboard_page, methods=["GET", "HEAD"], include_in_schema=False)

@@ -1,0 +1,29 @@
+"""Each design jobforge grew from, served in its own words over the one core.
+
+One router module per design (its routes, and the mapping of its request and response
+shapes onto the core services), one table of state names (`states.py`), and one place
+that mounts them (`mount`). Nothing here schedules, stores or runs a job: every route
+calls the services the hub's own routes call. docs/contracts.md has the route-by-route
+tables.
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI
+
+from api.contracts import targets_004
+from api.contracts.mounting import ContractSettings
+from api.deps import require_token
+
+# Each design's router factory; 000 is the hub's own routes (api/routes/), always on.
+ROUTERS = {"004": targets_004.router}
+
+
+def mount(app: FastAPI, settings: ContractSettings) -> None:
+    """Mount each design's routes that `JOBFORGE_CONTRACTS` turns on, at its prefix,
+    behind the bearer token unless `CONTRACT_AUTH_<NNN>=none`."""
+    for design, make in ROUTERS.items():
+        if design not in settings.enabled:
+            continue
+        guard = [] if settings.open(design) else [Depends(require_token)]
+        app.include_router(make(), prefix=settings.prefix(design), dependencies=guard)

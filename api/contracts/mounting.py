@@ -1,0 +1,63 @@
+"""Which designs' routes an API serves, where, and behind what (docs/contracts.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DESIGNS = ("000", "001", "002", "003", "004")
+PREFIX_PATTERN = r"^(/[A-Za-z0-9._~-]+)*$"
+
+Auth = Literal["token", "none"]
+
+
+class ContractSettings(BaseSettings):
+    """`JOBFORGE_CONTRACTS` (a comma list, default all), and per design
+    `CONTRACT_AUTH_<NNN>` (`token` or `none`) and `CONTRACT_PREFIX_<NNN>` (a path
+    prefix such as `/legacy`, default none)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    contracts: str = Field(default=",".join(DESIGNS), validation_alias="JOBFORGE_CONTRACTS")
+    auth_001: Auth = Field(default="token", validation_alias="CONTRACT_AUTH_001")
+    auth_002: Auth = Field(default="token", validation_alias="CONTRACT_AUTH_002")
+    auth_003: Auth = Field(default="token", validation_alias="CONTRACT_AUTH_003")
+    auth_004: Auth = Field(default="token", validation_alias="CONTRACT_AUTH_004")
+    prefix_001: str = Field(
+        default="", pattern=PREFIX_PATTERN, validation_alias="CONTRACT_PREFIX_001"
+    )
+    prefix_002: str = Field(
+        default="", pattern=PREFIX_PATTERN, validation_alias="CONTRACT_PREFIX_002"
+    )
+    prefix_003: str = Field(
+        default="", pattern=PREFIX_PATTERN, validation_alias="CONTRACT_PREFIX_003"
+    )
+    prefix_004: str = Field(
+        default="", pattern=PREFIX_PATTERN, validation_alias="CONTRACT_PREFIX_004"
+    )
+
+    @field_validator("contracts")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        named = [part.strip() for part in value.split(",") if part.strip()]
+        unknown = [part for part in named if part not in DESIGNS]
+        if unknown:
+            raise ValueError(f"unknown design {unknown[0]!r}; known: {', '.join(DESIGNS)}")
+        return ",".join(named)
+
+    @property
+    def enabled(self) -> set[str]:
+        """The designs whose routes are served."""
+        return set(self.contracts.split(",")) if self.contracts else set()
+
+    def open(self, design: str) -> bool:
+        """Whether the design's routes are served without the bearer token."""
+        auth: str = getattr(self, f"auth_{design}")
+        return auth == "none"
+
+    def prefix(self, design: str) -> str:
+        """The design's path prefix ("" for its own paths)."""
+        prefix: str = getattr(self, f"prefix_{design}")
+        return prefix

@@ -1,0 +1,70 @@
+"""One state machine, told in each design's words: the one table of state names."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from api.contracts.mounting import DESIGNS
+from workflows.models import Job, JobStatus
+
+
+class Phase(StrEnum):
+    """Where a job is in the core's state machine, finely enough for every design."""
+
+    WAITING = "pending, waiting"  # at a gate, a start time, or for a worker
+    ADMITTED = "pending, admitted"  # its gates granted, not yet claimed
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    STOP_REQUESTED = "stop_requested"
+    COMPLETED = "completed"
+    QUARANTINED = "quarantined"
+    FAILED = "failed or cancelled"
+    STOPPED = "stopped"
+
+
+# One row per phase; the columns are the designs, in DESIGNS' order.
+# fmt: off
+_ROWS: dict[Phase, tuple[str, str, str, str, str]] = {
+    Phase.WAITING:        ("pending",     "QUEUED",      "queued",    "queued",         "QUEUED"),
+    Phase.ADMITTED:       ("pending",     "DISPATCHING", "queued",    "queued",         "QUEUED"),
+    Phase.ASSIGNED:       ("assigned",    "DISPATCHING", "running",   "dispatched",     "RUNNING"),
+    Phase.RUNNING:        ("running",     "RUNNING",     "running",   "running",        "RUNNING"),
+    Phase.STOP_REQUESTED: ("running",     "RUNNING",     "running",   "stop_requested", "RUNNING"),
+    Phase.COMPLETED:      ("completed",   "DONE",        "succeeded", "finished",       "SUCCESS"),
+    Phase.QUARANTINED:    ("quarantined", "FAILED",      "failed",    "failed",         "ERROR"),
+    Phase.FAILED:         ("failed",      "CANCELED",    "canceled",  "canceled",       "CANCELED"),
+    Phase.STOPPED:        ("failed",      "CANCELED",    "canceled",  "stopped",        "PAUSED"),
+}
+# fmt: on
+STATE_NAMES: dict[Phase, dict[str, str]] = {
+    row: dict(zip(DESIGNS, names, strict=True)) for row, names in _ROWS.items()
+}
+
+_BY_STATUS = {
+    JobStatus.ASSIGNED: Phase.ASSIGNED,
+    JobStatus.RUNNING: Phase.RUNNING,
+    JobStatus.STOP_REQUESTED: Phase.STOP_REQUESTED,
+    JobStatus.COMPLETED: Phase.COMPLETED,
+    JobStatus.QUARANTINED: Phase.QUARANTINED,
+    JobStatus.FAILED: Phase.FAILED,
+    JobStatus.STOPPED: Phase.STOPPED,
+}
+
+
+def phase(job: Job) -> Phase:
+    """The job's phase. A pending job whose attempt is scheduled and that waits for
+    nothing else (no gate, no start time) is admitted: only a claim is missing. A job
+    read as `failed` has ended (a failed attempt that is retried reads `pending`)."""
+    if job.status == JobStatus.PENDING:
+        return Phase.WAITING if job.waiting_for is not None or not job.attempt else Phase.ADMITTED
+    return _BY_STATUS[job.status]
+
+
+def state_name(job: Job, design: str) -> str:
+    """The job's state in `design`'s words."""
+    return STATE_NAMES[phase(job)][design]
+
+
+def names(design: str) -> list[str]:
+    """Every state name of `design`, each once, in the table's order."""
+    return list(dict.fromkeys(row[design] for row in STATE_NAMES.values()))

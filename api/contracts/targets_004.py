@@ -1,0 +1,217 @@
+"""004, the tenant lease queue: serial targets whose interrupted or failed job halts them.
+
+Each target is jobforge's serial target `<tenant>/<target_id>` (docs/scheduling.md):
+one job at a time, in order; a job that ends stopped or quarantined halts it. So:
+
+- cancel of a running job is the core's stop: the job ends `stopped`, shown PAUSED
+  with "Job was interrupted by user", and the target halts; of a queued one, a cancel
+  (CANCELED);
+- a job whose lease (heartbeat) expires fails its only attempt (a target job's
+  `max_attempts` is 1): ERROR, and the target halts;
+- resume re-queues the job that halted the target (the core's target resume, `retry`),
+  which then runs first.
+
+The design names one route (resume); create, list, read and cancel are added in its
+style. The tenant comes from `X-Tenant` or `?tenant=`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
+from pydantic import BaseModel, Field, JsonValue
+
+from api.contracts.states import state_name
+from api.deps import GatesDep, JobsDep
+from api.routes.jobs import JobId
+from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound
+from workflows.gate_models import TargetResume
+from workflows.models import Job, JobSpec, JobStatus
+
+DESIGN = "004"
+SEGMENT = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
+INTERRUPTED = "Job was interrupted by user"
+MESSAGES = {
+    "PAUSED": INTERRUPTED,
+    "CANCELED": "Job was cancelled",
+}
+FAIL_MESSAGES = {
+    ErrorType.HEARTBEAT_TIMEOUT.value: "Lease expired: the worker stopped renewing it",
+}
+HELD = (JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED)
+
+TargetId = Annotated[str, Path(pattern=SEGMENT, description="The target, within the tenant")]
+
+
+def tenant_of(
+    x_tenant: Annotated[
+        str | None, Header(alias="X-Tenant", pattern=SEGMENT, description="The tenant")
+    ] = None,
+    tenant: Annotated[
+        str | None, Query(pattern=SEGMENT, description="The tenant, if no X-Tenant")
+    ] = None,
+) -> str:
+    """The request's tenant: its `X-Tenant` header, or its `tenant` parameter."""
+    if x_tenant and tenant and x_tenant != tenant:
+        raise InvalidField("tenant", f"differs from X-Tenant ({x_tenant})")
+    named = x_tenant or tenant
+    if not named:
+        raise InvalidField("X-Tenant", "name the tenant (X-Tenant header or ?tenant=)")
+    return named
+
+
+Tenant = Annotated[str, Depends(tenant_of)]
+
+
+class TargetJob(BaseModel):
+    """A job as 004 shows it."""
+
+    id: str
+    tenant: str
+    target_id: str
+    status: str = Field(description="QUEUED, RUNNING, PAUSED, ERROR, SUCCESS or CANCELED")
+    lease_owner: str | None = Field(description="The worker holding the job")
+    lease_expires_at: str | None = Field(description="When its lease ends unless renewed")
+    cancel_requested: bool
+    message: str | None
+    type: str
+    params: dict[str, JsonValue]
+    result: JsonValue = None
+    attempts: int
+    created_at: str
+    updated_at: str
+
+    @classmethod
+    def of(cls, job: Job) -> TargetJob:
+        """The 004 view of a job of a target."""
+        tenant, _, target_id = (job.target or "").partition("/")
+        shown = state_name(job, DESIGN)
+        message = MESSAGES.get(shown)
+        if shown == "ERROR" and job.fail_reason:
+            message = FAIL_MESSAGES.get(job.fail_reason, job.fail_reason)
+        held = job.status in HELD
+        return cls(
+            id=job.id,
+            tenant=tenant,
+            target_id=target_id,
+            status=shown,
+            lease_owner=job.worker_id if held else None,
+            lease_expires_at=_iso(job.lease_expires_at) if held else None,
+            cancel_requested=job.status == JobStatus.STOP_REQUESTED,
+            message=message,
+            type=job.type,
+            params=job.params,
+            result=job.result,
+            attempts=job.attempts,
+            created_at=_iso(job.created_at) or "",
+            updated_at=_iso(job.transitions[-1].ts if job.transitions else job.created_at) or "",
+        )
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+async def _job_of(jobs: JobsDep, key: str, job_id: str) -> Job:
+    job = await jobs.get(job_id)
+    if job.target != key:
+        raise JobNotFound(job_id)
+    return await jobs.live(job)
+
+
+def router() -> APIRouter:
+    """004's routes (docs/contracts.md)."""
+    routes = APIRouter(tags=["004: tenant lease queue"])
+
+    @routes.post(
+        "/targets/{target_id}/jobs",
+        status_code=status.HTTP_201_CREATED,
+        response_model=TargetJob,
+    )
+    async def create_job(
+        target_id: TargetId, tenant: Tenant, spec: JobSpec, jobs: JobsDep
+    ) -> TargetJob:
+        """Queue a job on the target: a jobforge job body, whose `target` comes from the
+        path; it runs once (an ERROR is not retried; resume runs it again)."""
+        key = f"{tenant}/{target_id}"
+        if spec.target is not None and spec.target != key:
+            raise InvalidField("target", f"is set by the path ({key})")
+        if spec.max_attempts != 1 and "max_attempts" in spec.model_fields_set:
+            raise InvalidField("max_attempts", "a 004 job runs once (resume runs it again)")
+        job = await jobs.submit(spec.model_copy(update={"target": key, "max_attempts": 1}))
+        return TargetJob.of(job)
+
+    @routes.get("/targets/{target_id}/jobs", response_model=list[TargetJob])
+    async def list_jobs(
+        target_id: TargetId,
+        tenant: Tenant,
+        jobs: JobsDep,
+        response: Response,
+        limit: Annotated[int, Query(ge=1)] = 50,
+        page_token: str | None = None,
+    ) -> list[TargetJob]:
+        """The target's jobs, newest first; `Next-Page-Token` names the next page."""
+        page = await jobs.list_jobs(
+            None,
+            None,
+            limit=limit,
+            page_token=page_token,
+            target=f"{tenant}/{target_id}",
+        )
+        if page.next_page_token:
+            response.headers["Next-Page-Token"] = page.next_page_token
+        return [TargetJob.of(job) for job in page.jobs]
+
+    @routes.get("/targets/{target_id}/jobs/{job_id}", response_model=TargetJob)
+    async def get_job(
+        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep
+    ) -> TargetJob:
+        """One job of the target, with its lease."""
+        return TargetJob.of(await _job_of(jobs, f"{tenant}/{target_id}", job_id))
+
+    async def cancel_job(
+        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep
+    ) -> TargetJob:
+        """Cancel a queued job (CANCELED), or interrupt a running one (PAUSED; the
+        target halts until the job is resumed)."""
+        await _job_of(jobs, f"{tenant}/{target_id}", job_id)
+        return TargetJob.of(await jobs.stop(job_id))
+
+    async def resume_job(
+        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep, gates: GatesDep
+    ) -> TargetJob:
+        """Re-queue a PAUSED or ERROR job that halted its target; it runs first."""
+        key = f"{tenant}/{target_id}"
+        job = await _job_of(jobs, key, job_id)
+        shown = state_name(job, DESIGN)
+        if shown not in ("PAUSED", "ERROR"):
+            raise JobConflict(
+                f"only a PAUSED or ERROR job can be resumed (status {shown})",
+                id=job_id,
+                status=shown,
+            )
+        target = await gates.target(key)
+        if target.halted_by != job_id:
+            raise JobConflict(
+                f"job {job_id} does not halt target {key} (halted by {target.halted_by})",
+                id=job_id,
+                status=shown,
+            )
+        await gates.resume_target(key, TargetResume(job="retry"))
+        return TargetJob.of(await jobs.get(job_id))
+
+    # The design's paths end in a slash; the same paths without it work too.
+    for path, endpoint in (("cancel", cancel_job), ("resume", resume_job)):
+        for slash in ("/", ""):
+            routes.add_api_route(
+                f"/targets/{{target_id}}/jobs/{{job_id}}/{path}{slash}",
+                endpoint,
+                methods=["POST"],
+                response_model=TargetJob,
+                include_in_schema=bool(slash),
+            )
+    return routes
