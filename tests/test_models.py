@@ -15,7 +15,9 @@ from workflows.models import (
     MAX_RUNTIME_MS_LIMIT,
     PARAMS_MAX_BYTES,
     PARAMS_MAX_DEPTH,
+    JobInput,
     JobSpec,
+    pending_job,
     priority_key,
 )
 from workflows.url_policy import parse_schemes, private_address, url_shape_problem
@@ -269,3 +271,18 @@ def test_a_public_address_is_not_private(address: str) -> None:
 
 def test_one_private_address_among_public_ones_is_found() -> None:
     assert private_address(["8.8.8.8", "10.0.0.7", "1.1.1.1"]) == "10.0.0.7"
+
+
+def test_meta_is_kept_bounded_and_refused_naming_itself() -> None:
+    spec = JobSpec(type="t", meta={"tags": ["a"], "constraints": {"cpu_heavy": True}})
+    inp = JobInput(
+        id="j",
+        spec=spec,
+        created_at=1,
+        priority_key=3,
+        activity_task_queue="q",
+        heartbeat_timeout_ms=60_000,
+    )
+    assert pending_job(inp).meta == {"tags": ["a"], "constraints": {"cpu_heavy": True}}
+    with pytest.raises(ValidationError, match="meta is larger than 8192 bytes"):
+        JobSpec(type="t", meta={"x": "y" * 9000})

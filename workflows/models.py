@@ -28,6 +28,7 @@ from workflows.gate_models import GateKind, GateRef, GateSettings
 
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PARAMS_MAX_BYTES = 64 * 1024
+META_MAX_BYTES = 8 * 1024
 PARAMS_MAX_DEPTH = 32
 MAX_RUNTIME_MS_LIMIT = 7 * 24 * 3600 * 1000
 PRIORITY_LIMIT = 1_000_000
@@ -166,6 +167,10 @@ class JobSpec(BaseModel):
         Literal["queue", "reject"],
         Field(description="reject: 201 if the pool takes the job now, else 429 (nothing made)"),
     ] = "queue"
+    meta: dict[str, JsonValue] = Field(
+        default_factory=dict,
+        description="Free-form labels kept with the job and returned; nothing reads them",
+    )
 
     @property
     def scheduled(self) -> bool:
@@ -181,21 +186,27 @@ class JobSpec(BaseModel):
             )
         )
 
-    @field_validator("params")
+    @field_validator("params", "meta")
     @classmethod
-    def _bounded_params(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    def _bounded_json(
+        cls, value: dict[str, JsonValue], info: ValidationInfo
+    ) -> dict[str, JsonValue]:
+        name = info.field_name
+        limit = PARAMS_MAX_BYTES if name == "params" else META_MAX_BYTES
         if _json_depth(value) > PARAMS_MAX_DEPTH:
-            raise ValueError(f"params nests deeper than {PARAMS_MAX_DEPTH} levels")
+            raise ValueError(f"{name} nests deeper than {PARAMS_MAX_DEPTH} levels")
         try:
             text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except ValueError as err:  # NaN or Infinity: not JSON
-            raise ValueError(f"params is not representable as JSON: {err}") from None
+            raise ValueError(f"{name} is not representable as JSON: {err}") from None
         try:
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError:
-            raise ValueError("params contains a lone surrogate, which is not valid UTF-8") from None
-        if size > PARAMS_MAX_BYTES:
-            raise ValueError(f"params is larger than {PARAMS_MAX_BYTES} bytes as JSON")
+            raise ValueError(
+                f"{name} contains a lone surrogate, which is not valid UTF-8"
+            ) from None
+        if size > limit:
+            raise ValueError(f"{name} is larger than {limit} bytes as JSON")
         return value
 
     @field_validator("solver_checksum")
@@ -328,6 +339,7 @@ class Job(BaseModel):
     earliest_start_at: int | None = None
     deadline_at: int | None = None
     admission: Literal["queue", "reject"] = "queue"
+    meta: dict[str, JsonValue] = Field(default_factory=dict)
     heartbeat_timeout_ms: int | None = None
     progress: Progress | None = Field(
         default=None, description="The running attempt's last progress (live, not stored)"
