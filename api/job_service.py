@@ -286,12 +286,17 @@ class JobService:
         offset: int = 0,
         order: ListOrder = ListOrder.RECENT,
         page_token: str | None = None,
+        statuses: tuple[str, ...] = (),
+        group: str | None = None,
+        pool: str | None = None,
         target: str | None = None,
     ) -> JobList:
         """One page of jobs, at a cost that grows with `offset + limit`, never with the
         jobs behind them (api/visibility.py). `page_token` continues where the page
         that gave it ended; `offset` then skips further."""
-        query = job_filter(status, job_type, target=target)
+        query = job_filter(
+            status, job_type, statuses=statuses, group=group, pool=pool, target=target
+        )
         signed_for = f"{order.value}:{query}"
         token = self._tokens.open(signed_for, page_token) if page_token else None
         if order == ListOrder.RECENT:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
-from api.contracts import targets_004
+from api.contracts import admission_001, targets_004
 from api.contracts.mounting import ContractSettings
 from api.deps import require_token
 
 # Each design's router factory; 000 is the hub's own routes (api/routes/), always on.
-ROUTERS = {"004": targets_004.router}
+ROUTERS = {"001": admission_001.router, "004": targets_004.router}
 
 
 def mount(app: FastAPI, settings: ContractSettings) -> None:
@@ -26,4 +26,4 @@ def mount(app: FastAPI, settings: ContractSettings) -> None:
         if design not in settings.enabled:
             continue
         guard = [] if settings.open(design) else [Depends(require_token)]
-        app.include_router(make(), prefix=settings.prefix(design), dependencies=guard)
+        app.include_router(make(settings), prefix=settings.prefix(design), dependencies=guard)

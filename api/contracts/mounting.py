@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workflows.models import GATE_KEY_PATTERN
+
 DESIGNS = ("000", "001", "002", "003", "004")
 PREFIX_PATTERN = r"^(/[A-Za-z0-9._~-]+)*$"
 
@@ -33,6 +35,10 @@ class ContractSettings(BaseSettings):
     )
     prefix_003: str = Field(
         default="", pattern=PREFIX_PATTERN, validation_alias="CONTRACT_PREFIX_003"
+    )
+    # 001: the pool whose capacity the intents' cost units count against.
+    scheduler_pool: str = Field(
+        default="system", pattern=GATE_KEY_PATTERN, validation_alias="SCHEDULER_POOL"
     )
     prefix_004: str = Field(
         default="", pattern=PREFIX_PATTERN, validation_alias="CONTRACT_PREFIX_004"

@@ -23,6 +23,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from pydantic import BaseModel, Field, JsonValue
 
+from api.contracts.mounting import ContractSettings
 from api.contracts.states import state_name
 from api.deps import GatesDep, JobsDep
 from api.routes.jobs import JobId
@@ -123,7 +124,7 @@ async def _job_of(jobs: JobsDep, key: str, job_id: str) -> Job:
     return await jobs.live(job)
 
 
-def router() -> APIRouter:
+def router(_settings: ContractSettings) -> APIRouter:
     """004's routes (docs/contracts.md)."""
     routes = APIRouter(tags=["004: tenant lease queue"])
 

@@ -1,0 +1,468 @@
+"""001, the admission queue (`001_*` §3, §4 Model A): job intents with cost units,
+admitted against one pool's capacity, fair between addons, run by the addons' own
+workers.
+
+- A job intent is a jobforge job of type `<addon_id>.<job_type>` in group `addon_id`
+  (round-robin between addons) and pool `SCHEDULER_POOL` (its `cost_units` against the
+  pool's capacity). `payload` is its params; `constraints`, `tags`,
+  `expected_duration_sec` and `time_sensitive` are kept in its `meta`.
+- Model A: an admitted intent (its leases granted, its attempt scheduled) is
+  DISPATCHING and listed by `/dispatchable`. The addon's worker claims it through the
+  agent bridge, which gives the attempt's lease (`lease_id`), then heartbeats, and
+  reports it done or failed.
+- `admission_only: true` is the design's MVP: approved now, or denied with
+  `retry_after_sec` and nothing queued (the pool's `admission: reject`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from api.contracts.mounting import ContractSettings
+from api.contracts.states import Phase, phase, state_name
+from api.deps import BridgeDep, JobsDep, WorkersDep
+from api.routes.jobs import JobId
+from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, PoolFull
+from workflows.models import (
+    COST_UNITS_LIMIT,
+    GATE_KEY_PATTERN,
+    WORKER_ID_PATTERN,
+    Job,
+    JobSpec,
+    JobStatus,
+)
+
+DESIGN = "001"
+BASE = "/api/system/scheduler/queue"
+# The design's priority names, on jobforge's integer scale (JOB_PRIORITY_THRESHOLDS'
+# default buckets: 10, 1, 0, -9).
+PRIORITIES = {"CRITICAL": 10, "HIGH": 5, "NORMAL": 0, "LOW": -5}
+PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
+JOB_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
+# jobforge's field → the design's, for a 422 that names the field the client sent.
+FIELD_NAMES = {
+    "type": "job_type",
+    "params": "payload",
+    "group": "addon_id",
+    "max_runtime_ms": "max_runtime_sec",
+    "meta": "constraints",
+}
+# Attempt failures the design calls TIMEOUT.
+TIMEOUTS = (
+    ErrorType.HEARTBEAT_TIMEOUT.value,
+    ErrorType.DEADLINE_EXCEEDED.value,
+    "max_runtime_exceeded",
+    "timeout",
+)
+# A core status per design state, to list by state (the phase then picks the rows).
+STATE_STATUSES = {
+    "QUEUED": (JobStatus.PENDING,),
+    "DISPATCHING": (JobStatus.PENDING, JobStatus.ASSIGNED),
+    "RUNNING": (JobStatus.RUNNING, JobStatus.STOP_REQUESTED),
+    "DONE": (JobStatus.COMPLETED,),
+    "FAILED": (JobStatus.QUARANTINED,),
+    "CANCELED": (JobStatus.FAILED, JobStatus.STOPPED),
+}
+State = Literal["QUEUED", "DISPATCHING", "RUNNING", "DONE", "FAILED", "CANCELED"]
+AddonId = Annotated[str, Field(pattern=GATE_KEY_PATTERN)]
+
+
+class IntentIn(BaseModel):
+    """`POST …/jobs/submit`: the lease request's fields plus scheduling ones (§3.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    addon_id: AddonId
+    job_type: Annotated[str, Field(pattern=JOB_TYPE_PATTERN)]
+    cost_units: Annotated[int, Field(strict=True, ge=1, le=COST_UNITS_LIMIT)]
+    priority: Literal["LOW", "NORMAL", "HIGH", "CRITICAL"] | int = "NORMAL"
+    constraints: dict[str, JsonValue] = Field(default_factory=dict)
+    expected_duration_sec: Annotated[float, Field(ge=0)] | None = None
+    payload: dict[str, JsonValue] = Field(default_factory=dict)
+    time_sensitive: bool = False
+    earliest_start_at: datetime | None = None
+    deadline_at: datetime | None = None
+    max_runtime_sec: Annotated[float, Field(gt=0)] | None = None
+    tags: list[str] = Field(default_factory=list)
+    admission_only: bool = Field(
+        default=False, description="Approve now or deny with retry_after_sec; queue nothing"
+    )
+
+    def spec(self, pool: str) -> JobSpec:
+        """The jobforge job this intent is; a 422 names the design's field."""
+        body: dict[str, Any] = {
+            "type": f"{self.addon_id}.{self.job_type}",
+            "params": self.payload,
+            "priority": PRIORITIES.get(self.priority, self.priority)
+            if isinstance(self.priority, str)
+            else self.priority,
+            "group": self.addon_id,
+            "pool": pool,
+            "cost_units": self.cost_units,
+            "earliest_start_at": _ms(self.earliest_start_at),
+            "deadline_at": _ms(self.deadline_at),
+            "admission": "reject" if self.admission_only else "queue",
+            "meta": {
+                "constraints": self.constraints,
+                "tags": self.tags,
+                "expected_duration_sec": self.expected_duration_sec,
+                "time_sensitive": self.time_sensitive,
+            },
+        }
+        if self.max_runtime_sec is not None:
+            body["max_runtime_ms"] = round(self.max_runtime_sec * 1000)
+        try:
+            return JobSpec.model_validate({k: v for k, v in body.items() if v is not None})
+        except ValidationError as err:
+            first = err.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "body"
+            raise InvalidField(FIELD_NAMES.get(field, field), first["msg"]) from None
+
+
+class Submitted(BaseModel):
+    job_id: str
+    state: str
+
+
+class Decision(BaseModel):
+    """The admission-only answer (the design's MVP shape)."""
+
+    approved: bool
+    job_id: str | None = None
+    state: str | None = None
+    reason: str | None = None
+    retry_after_sec: int | None = None
+
+
+class IntentEvent(BaseModel):
+    """One audit event (§9), derived from the job's transitions."""
+
+    event: str
+    at: str | None = Field(description="When (ISO 8601); null where jobforge keeps no time")
+    reason: str | None = None
+    lease_id: str | None = None
+    worker_id: str | None = None
+
+
+class Intent(BaseModel):
+    """A job intent (§2.1), with its audit events."""
+
+    job_id: str
+    addon_id: str
+    job_type: str
+    cost_units: int
+    priority: str | int
+    constraints: dict[str, JsonValue]
+    expected_duration_sec: float | None
+    created_at: str
+    state: str
+    attempts: int
+    next_earliest_start_at: str | None
+    lease_id: str | None
+    payload: dict[str, JsonValue]
+    time_sensitive: bool
+    deadline_at: str | None
+    max_runtime_sec: float
+    tags: list[str]
+    pid: int | None = None
+    result: JsonValue = None
+    events: list[IntentEvent]
+
+    @classmethod
+    def of(cls, job: Job, now_ms: int) -> Intent:
+        meta = job.meta
+        addon = job.group or ""
+        shown = state_name(job, DESIGN)
+        start = job.earliest_start_at
+        waiting = job.status == JobStatus.PENDING and start is not None and start > now_ms
+        return cls(
+            job_id=job.id,
+            addon_id=addon,
+            job_type=job.type.removeprefix(f"{addon}."),
+            cost_units=job.cost_units,
+            priority=PRIORITY_NAMES.get(job.priority, job.priority),
+            constraints=_dict(meta.get("constraints")),
+            expected_duration_sec=_number(meta.get("expected_duration_sec")),
+            created_at=_iso(job.created_at) or "",
+            state=shown,
+            attempts=job.attempts,
+            next_earliest_start_at=_iso(start) if waiting else None,
+            lease_id=lease_id(job) if shown in ("DISPATCHING", "RUNNING") else None,
+            payload=job.params,
+            time_sensitive=bool(meta.get("time_sensitive")),
+            deadline_at=_iso(job.deadline_at),
+            max_runtime_sec=job.max_runtime_ms / 1000,
+            tags=[str(tag) for tag in _list(meta.get("tags"))],
+            result=job.result,
+            events=events(job),
+        )
+
+
+class LeaseIn(BaseModel):
+    """A report from the addon's worker about the attempt it holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lease_id: str
+
+
+class DoneIn(LeaseIn):
+    result: JsonValue = None
+
+
+class FailedIn(LeaseIn):
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+class ClaimIn(BaseModel):
+    """`POST …/jobs/claim`: the addon's worker takes the next admitted intent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    addon_id: AddonId
+    worker_id: Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
+    job_types: list[Annotated[str, Field(pattern=JOB_TYPE_PATTERN)]] | None = None
+    wait_sec: Annotated[float, Field(ge=0, le=60)] = 0
+
+
+class Reported(BaseModel):
+    job_id: str
+    state: str
+    lease_id: str | None = None
+
+
+def lease_id(job: Job) -> str | None:
+    """The attempt's lease: which attempt, held by which worker."""
+    if job.worker_id is None:
+        return None
+    return f"{job.id}:{job.attempt}:{job.worker_id}"
+
+
+def lease_holder(job_id: str, lease: str) -> tuple[int, str]:
+    """The attempt and worker a lease id names; 422 if it is not one of this job's."""
+    owner, attempt, worker = [*lease.split(":", 2), "", ""][:3]
+    if owner != job_id or not attempt.isdigit() or not worker:
+        raise InvalidField("lease_id", "not a lease of this job")
+    return int(attempt), worker
+
+
+def events(job: Job) -> list[IntentEvent]:
+    """The audit trail in the design's names (§9)."""
+    out: list[IntentEvent] = []
+    for transition in job.transitions:
+        at = _iso(transition.ts)
+        match transition.status:
+            case JobStatus.PENDING:
+                name = "SUBMITTED" if transition.seq == 1 else "QUEUED"
+                out.append(IntentEvent(event=name, at=at, reason=transition.reason))
+            case JobStatus.ASSIGNED:
+                out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
+                out.append(IntentEvent(event="DISPATCHING", at=at, worker_id=transition.worker_id))
+            case JobStatus.RUNNING:
+                lease = f"{job.id}:{transition.attempt}:{transition.worker_id}"
+                out.append(
+                    IntentEvent(
+                        event="RUNNING", at=at, lease_id=lease, worker_id=transition.worker_id
+                    )
+                )
+            case JobStatus.COMPLETED:
+                out.append(IntentEvent(event="DONE", at=at))
+            case JobStatus.FAILED | JobStatus.QUARANTINED | JobStatus.STOPPED:
+                reason = transition.reason
+                name = (
+                    "TIMEOUT"
+                    if reason in TIMEOUTS
+                    else "CANCELED"
+                    if reason == ErrorType.CANCELLED or transition.status == JobStatus.STOPPED
+                    else "FAILED"
+                )
+                out.append(IntentEvent(event=name, at=at, reason=reason))
+    current = phase(job)
+    if current == Phase.WAITING and job.waiting_for is not None:
+        out.append(IntentEvent(event="DENIED", at=None, reason=job.waiting_for.value))
+    elif current == Phase.ADMITTED:
+        out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
+        out.append(IntentEvent(event="DISPATCHING", at=None, reason="dispatchable"))
+    return out
+
+
+def _ms(value: datetime | None) -> int | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return round(value.timestamp() * 1000)
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _dict(value: object) -> dict[str, JsonValue]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _now_ms() -> int:
+    return round(datetime.now(UTC).timestamp() * 1000)
+
+
+def router(settings: ContractSettings) -> APIRouter:
+    """001's routes (docs/contracts.md)."""
+    routes = APIRouter(prefix=BASE, tags=["001: admission queue"])
+    pool = settings.scheduler_pool
+
+    async def intent_of(jobs: JobsDep, job_id: str) -> Job:
+        job = await jobs.get(job_id)
+        if job.pool != pool or job.group is None:
+            raise JobNotFound(job_id)
+        return await jobs.live(job)
+
+    @routes.post("/jobs/submit", response_model=Submitted | Decision)
+    async def submit(body: IntentIn, jobs: JobsDep) -> Submitted | Decision:
+        """Submit a job intent; with `admission_only`, approve it now or deny it."""
+        spec = body.spec(pool)
+        try:
+            job = await jobs.submit(spec)
+        except PoolFull as err:
+            if not body.admission_only:
+                raise
+            reason = str(err.extra.get("reason") or ErrorType.POOL_FULL.value)
+            return Decision(approved=False, reason=reason, retry_after_sec=err.retry_after_s)
+        shown = state_name(job, DESIGN)
+        if body.admission_only:
+            return Decision(approved=True, job_id=job.id, state=shown)
+        return Submitted(job_id=job.id, state=shown)
+
+    @routes.get("/jobs/{job_id}", response_model=Intent)
+    async def get_intent(job_id: JobId, jobs: JobsDep) -> Intent:
+        """A job intent, its state and its audit events."""
+        return Intent.of(await intent_of(jobs, job_id), _now_ms())
+
+    @routes.post("/jobs/{job_id}/cancel", response_model=Intent)
+    async def cancel(job_id: JobId, jobs: JobsDep) -> Intent:
+        """Cancel an intent that has not started; a running one is stopped."""
+        await intent_of(jobs, job_id)
+        return Intent.of(await jobs.stop(job_id), _now_ms())
+
+    @routes.get("/jobs", response_model=list[Intent])
+    async def list_intents(
+        jobs: JobsDep,
+        response: Response,
+        state: State | None = None,
+        limit: Annotated[int, Query(ge=1)] = 50,
+        page_token: str | None = None,
+    ) -> list[Intent]:
+        """Intents, newest first, of one state if asked (a page holds at most `limit`)."""
+        statuses = tuple(s.value for s in STATE_STATUSES[state]) if state else ()
+        page = await jobs.list_jobs(
+            None, None, limit=limit, page_token=page_token, statuses=statuses, pool=pool
+        )
+        if page.next_page_token:
+            response.headers["Next-Page-Token"] = page.next_page_token
+        now = _now_ms()
+        return [
+            Intent.of(job, now)
+            for job in page.jobs
+            if state is None or state_name(job, DESIGN) == state
+        ]
+
+    @routes.get("/dispatchable", response_model=list[Intent])
+    async def dispatchable(
+        jobs: JobsDep,
+        addon_id: Annotated[str, Query(pattern=GATE_KEY_PATTERN)],
+        limit: Annotated[int, Query(ge=1)] = 50,
+    ) -> list[Intent]:
+        """The addon's admitted intents: a worker may claim them now (Model A)."""
+        page = await jobs.list_jobs(JobStatus.PENDING, None, limit=limit, group=addon_id, pool=pool)
+        now = _now_ms()
+        return [Intent.of(job, now) for job in page.jobs if phase(job) == Phase.ADMITTED]
+
+    @routes.post(
+        "/jobs/claim",
+        response_model=Intent,
+        responses={204: {"description": "Nothing to run within `wait_sec`"}},
+    )
+    async def claim(
+        request: Request, body: ClaimIn, jobs: JobsDep, bridge: BridgeDep, workers: WorkersDep
+    ) -> Intent | Response:
+        """The addon's worker takes the next admitted intent and holds its lease."""
+        await workers.seen(body.worker_id)
+        prefix = f"{body.addon_id}."
+        deadline = time.monotonic() + body.wait_sec
+        while True:
+            # The addon's types, looked up again each second: a first submit of a new
+            # type during the wait is found.
+            if body.job_types is not None:
+                types = [prefix + job_type for job_type in body.job_types]
+            else:
+                types = [t for t in await jobs.known_types() if t.startswith(prefix)]
+            left = deadline - time.monotonic()
+            slice_s = min(max(left, 0.1), 1.0)
+            if types:
+                claimed = await bridge.claim(
+                    body.worker_id, types, slice_s, gone=request.is_disconnected
+                )
+                if claimed is not None:
+                    break
+            else:
+                await asyncio.sleep(slice_s)
+            if time.monotonic() >= deadline or await request.is_disconnected():
+                return Response(status_code=status.HTTP_204_NO_CONTENT)
+        job = await jobs.get(claimed.id)
+        # Claimed: the job is assigned (its signal may not be applied yet).
+        lease = f"{job.id}:{claimed.attempt}:{body.worker_id}"
+        return Intent.of(job, _now_ms()).model_copy(
+            update={"state": "DISPATCHING", "lease_id": lease}
+        )
+
+    async def held(jobs: JobsDep, job_id: str, lease: str) -> tuple[Job, str]:
+        job = await intent_of(jobs, job_id)
+        attempt, worker = lease_holder(job_id, lease)
+        if attempt != job.attempt:
+            raise JobConflict(
+                f"lease {lease} has ended (the job is on attempt {job.attempt})",
+                id=job_id,
+                state=state_name(job, DESIGN),
+            )
+        return job, worker
+
+    @routes.post("/jobs/{job_id}/heartbeat", response_model=Reported)
+    async def heartbeat(job_id: JobId, body: LeaseIn, jobs: JobsDep, bridge: BridgeDep) -> Reported:
+        """Keep the lease; the first heartbeat makes the intent RUNNING."""
+        _, worker = await held(jobs, job_id, body.lease_id)
+        await bridge.heartbeat(job_id, worker, None)
+        return Reported(job_id=job_id, state="RUNNING", lease_id=body.lease_id)
+
+    @routes.post("/jobs/{job_id}/done", response_model=Reported)
+    async def done(job_id: JobId, body: DoneIn, jobs: JobsDep, bridge: BridgeDep) -> Reported:
+        """The addon's report: the intent ran to completion (DONE)."""
+        _, worker = await held(jobs, job_id, body.lease_id)
+        await bridge.result(job_id, worker, body.result, None, None)
+        return Reported(job_id=job_id, state="DONE")
+
+    @routes.post("/jobs/{job_id}/failed", response_model=Reported)
+    async def failed(job_id: JobId, body: FailedIn, jobs: JobsDep, bridge: BridgeDep) -> Reported:
+        """The addon's report: the attempt failed. Queued again while attempts remain
+        (QUEUED), FAILED after the last one."""
+        _, worker = await held(jobs, job_id, body.lease_id)
+        ended = await bridge.fail(job_id, worker, body.reason)
+        shown = {JobStatus.QUARANTINED: "FAILED", JobStatus.PENDING: "QUEUED"}
+        return Reported(job_id=job_id, state=shown.get(ended, ended.value.upper()))
+
+    return routes
