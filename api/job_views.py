@@ -63,6 +63,7 @@ class JobViews:
         self._client = client
         self._tokens = visibility.PageTokens(secret)
         self._cache = TtlCache(cache_ms)
+        self.cache_ms = cache_ms
 
     async def page(
         self, status: JobStatus | None, job_type: str | None, limit: int, page_token: str | None

@@ -123,7 +123,7 @@ def create_app(
     modules = (health, metrics, dashboard, events, workers, agents, jobs, logs, scheduling, ops)
     for module in modules:
         app.include_router(module.router)
-    contracts.mount(app, contract_settings or ContractSettings())
+    contracts.mount(app, contract_settings or ContractSettings(), registry)
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.
     app.add_api_route("/", _dashboard_page, methods=["GET", "HEAD"], include_in_schema=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from temporalio.client import Client
@@ -67,6 +68,12 @@ class Metrics:
             registry=r,
         )
         self._task_queues: TaskQueueStats | None = None
+        self._refreshers: list[Callable[[], Awaitable[None]]] = []
+
+    def add_refresher(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        """Run `refresh` at each scrape, with the other gauges' calls (it sets gauges of
+        its own on this registry, at a bounded, cached cost)."""
+        self._refreshers.append(refresh)
 
     def watch_task_queues(self, client: Client, temporal: TemporalSettings, cache_ms: int) -> None:
         """Report the task queues' backlogs from now on (settings `METRICS_TASK_QUEUE_*`)."""
@@ -81,9 +88,11 @@ class Metrics:
     async def render(self, views: JobViews) -> bytes:
         """Refresh the scrape-time gauges (their calls made at once) and render the
         text format."""
+        extra = asyncio.gather(*(refresh() for refresh in self._refreshers))
         counts, oldest, backlogs = await asyncio.gather(
             views.counts(None), views.oldest_pending_age_s(), self._backlogs()
         )
+        await extra
         for status, count in counts.items():
             self.jobs.labels(status).set(count)
         self.oldest_pending.set(oldest)

@@ -13,17 +13,26 @@ from fastapi import Depends, FastAPI
 
 from api.contracts import admission_001, targets_004
 from api.contracts.mounting import ContractSettings
-from api.deps import require_token
+from api.deps import Services, require_token
+from api.metrics_registry import Metrics
 
 # Each design's router factory; 000 is the hub's own routes (api/routes/), always on.
 ROUTERS = {"001": admission_001.router, "004": targets_004.router}
 
 
-def mount(app: FastAPI, settings: ContractSettings) -> None:
+def mount(app: FastAPI, settings: ContractSettings, metrics: Metrics) -> None:
     """Mount each design's routes that `JOBFORGE_CONTRACTS` turns on, at its prefix,
     behind the bearer token unless `CONTRACT_AUTH_<NNN>=none`."""
+
+    def services() -> Services:
+        # Built at startup (api/main.py's lifespan), after the routes are mounted.
+        built: Services = app.state.services
+        return built
+
     for design, make in ROUTERS.items():
         if design not in settings.enabled:
             continue
         guard = [] if settings.open(design) else [Depends(require_token)]
-        app.include_router(make(settings), prefix=settings.prefix(design), dependencies=guard)
+        app.include_router(
+            make(settings, metrics, services), prefix=settings.prefix(design), dependencies=guard
+        )

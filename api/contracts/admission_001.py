@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
+from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from api import visibility
 from api.contracts.mounting import ContractSettings
 from api.contracts.states import Phase, phase, state_name
-from api.deps import BridgeDep, JobsDep, WorkersDep
+from api.deps import BridgeDep, JobsDep, Services, WorkersDep
+from api.job_views import TtlCache
+from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, PoolFull
 from workflows.models import (
@@ -37,6 +42,7 @@ from workflows.models import (
     JobSpec,
     JobStatus,
 )
+from workflows.search_attributes import job_filter
 
 DESIGN = "001"
 BASE = "/api/system/scheduler/queue"
@@ -322,10 +328,97 @@ def _now_ms() -> int:
     return round(datetime.now(UTC).timestamp() * 1000)
 
 
-def router(settings: ContractSettings) -> APIRouter:
+# The pool's jobs by core status, as the design's states (QUEUED counts the admitted
+# intents not yet claimed too: visibility cannot tell them apart).
+METRIC_STATES = {
+    "QUEUED": (JobStatus.PENDING,),
+    "DISPATCHING": (JobStatus.ASSIGNED,),
+    "RUNNING": (JobStatus.RUNNING, JobStatus.STOP_REQUESTED),
+    "DONE": (JobStatus.COMPLETED,),
+    "FAILED": (JobStatus.QUARANTINED,),
+    "CANCELED": (JobStatus.FAILED, JobStatus.STOPPED),
+}
+
+
+class QueueMetrics:
+    """§9's series: queue length by state, the oldest queued intent's age, per-addon
+    queued and running, and admission decisions. A scrape costs one count per state,
+    the oldest-start search and the groups' (cached) views, cached METRICS_CACHE_MS."""
+
+    def __init__(self, metrics: Metrics, pool: str, services: Callable[[], Services]) -> None:
+        r = metrics.registry
+        self._pool = pool
+        self._services = services
+        self.queue = Gauge(
+            "jobforge_001_queue_jobs", "Job intents by state (001)", ["state"], registry=r
+        )
+        self.oldest = Gauge(
+            "jobforge_001_oldest_queued_age_seconds",
+            "Age of the oldest queued job intent (001)",
+            registry=r,
+        )
+        self.addon = Gauge(
+            "jobforge_001_addon_jobs",
+            "Queued and running job intents per addon (001)",
+            ["addon_id", "state"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "jobforge_001_admission_decisions",
+            "Submits by decision: queued, approved or denied (admission-only), with reason",
+            ["decision", "reason"],
+            registry=r,
+        )
+        self._cache: TtlCache | None = None
+        metrics.add_refresher(self.refresh)
+
+    async def refresh(self) -> None:
+        services = self._services()
+        if self._cache is None:
+            self._cache = TtlCache(services.views.cache_ms)
+        counts, oldest, groups = await asyncio.gather(
+            self._cache.get("counts", lambda: self._counts(services)),
+            self._cache.get("oldest", lambda: self._oldest(services)),
+            services.gates.groups(),
+        )
+        for state, count in counts.items():
+            self.queue.labels(state).set(count)
+        self.oldest.set(oldest)
+        self.addon.clear()
+        for group in groups:
+            queued = group.counts.get(JobStatus.PENDING.value, 0)
+            running = sum(
+                group.counts.get(s.value, 0) for s in (JobStatus.ASSIGNED, JobStatus.RUNNING)
+            )
+            if queued or running:
+                self.addon.labels(group.group, "QUEUED").set(queued)
+                self.addon.labels(group.group, "RUNNING").set(running)
+
+    async def _counts(self, services: Services) -> dict[str, int]:
+        client = services.client
+        found = await asyncio.gather(
+            *(
+                visibility.count(
+                    client, job_filter(statuses=tuple(s.value for s in kept), pool=self._pool)
+                )
+                for kept in METRIC_STATES.values()
+            )
+        )
+        return dict(zip(METRIC_STATES, found, strict=True))
+
+    async def _oldest(self, services: Services) -> float:
+        query = job_filter(JobStatus.PENDING.value, pool=self._pool)
+        started = await visibility.oldest_start(services.client, query)
+        return 0.0 if started is None else max(time.time() - started, 0.0)
+
+
+def router(
+    settings: ContractSettings, metrics: Metrics, services: Callable[[], Services]
+) -> APIRouter:
     """001's routes (docs/contracts.md)."""
     routes = APIRouter(prefix=BASE, tags=["001: admission queue"])
     pool = settings.scheduler_pool
+    counted = QueueMetrics(metrics, pool, services)
 
     async def intent_of(jobs: JobsDep, job_id: str) -> Job:
         job = await jobs.get(job_id)
@@ -343,10 +436,13 @@ def router(settings: ContractSettings) -> APIRouter:
             if not body.admission_only:
                 raise
             reason = str(err.extra.get("reason") or ErrorType.POOL_FULL.value)
+            counted.decisions.labels("denied", reason).inc()
             return Decision(approved=False, reason=reason, retry_after_sec=err.retry_after_s)
         shown = state_name(job, DESIGN)
         if body.admission_only:
+            counted.decisions.labels("approved", "admitted").inc()
             return Decision(approved=True, job_id=job.id, state=shown)
+        counted.decisions.labels("queued", "submitted").inc()
         return Submitted(job_id=job.id, state=shown)
 
     @routes.get("/jobs/{job_id}", response_model=Intent)

@@ -17,6 +17,7 @@ style. The tenant comes from `X-Tenant` or `?tenant=`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -25,7 +26,8 @@ from pydantic import BaseModel, Field, JsonValue
 
 from api.contracts.mounting import ContractSettings
 from api.contracts.states import state_name
-from api.deps import GatesDep, JobsDep
+from api.deps import GatesDep, JobsDep, Services
+from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound
 from workflows.gate_models import TargetResume
@@ -124,7 +126,9 @@ async def _job_of(jobs: JobsDep, key: str, job_id: str) -> Job:
     return await jobs.live(job)
 
 
-def router(_settings: ContractSettings) -> APIRouter:
+def router(
+    _settings: ContractSettings, _metrics: Metrics, _services: Callable[[], Services]
+) -> APIRouter:
     """004's routes (docs/contracts.md)."""
     routes = APIRouter(tags=["004: tenant lease queue"])
 

@@ -185,3 +185,25 @@ def test_a_bad_intent_is_a_422_naming_the_designs_field(
     )
     assert answer.status_code == 422, answer.text
     assert field in answer.text
+
+
+def test_metrics_show_the_queue_by_state_per_addon_and_the_admission_decisions(
+    hub: Api, addon: str
+) -> None:
+    job_id = submit(hub, addon, cost_units=5)["job_id"]
+    wait_until(lambda: job_id in dispatchable(hub, addon), timeout=30, what="admitted")
+    submit(hub, addon, cost_units=5, admission_only=True)
+
+    def scraped() -> str | None:
+        text = hub.http.get("/metrics").text
+        return (
+            text
+            if f'jobforge_001_addon_jobs{{addon_id="{addon}",state="QUEUED"}}' in text
+            else None
+        )
+
+    text = wait_until(scraped, timeout=30, what="the addon's series")
+    assert 'jobforge_001_queue_jobs{state="QUEUED"}' in text
+    assert "jobforge_001_oldest_queued_age_seconds" in text
+    assert 'jobforge_001_admission_decisions_total{decision="approved",reason="admitted"}' in text
+    assert 'jobforge_001_admission_decisions_total{decision="queued",reason="submitted"}' in text
