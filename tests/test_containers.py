@@ -56,14 +56,8 @@ def container_worker(
     stack: Stack, runtime: Runtime, volumes: Path, job_type: str, node_id: str, **env: str
 ) -> Proc:
     """A native worker of `job_type` that runs container jobs (STOP_GRACE_S 1 s)."""
-    return stack.worker(
-        job_type,
-        node_id,
-        **runtime.worker_env,
-        CONTAINER_VOLUME_PREFIXES=str(volumes),
-        STOP_GRACE_S="1",
-        **env,
-    )
+    settings = {"CONTAINER_VOLUME_PREFIXES": str(volumes), "STOP_GRACE_S": "1", **env}
+    return stack.worker(job_type, node_id, **runtime.worker_env, **settings)
 
 
 def container(script: str, **extra: Any) -> dict[str, Any]:
@@ -196,6 +190,22 @@ def test_a_volume_outside_the_allowed_prefixes_is_a_422_naming_the_field_and_not
     assert answer.status_code == 422 and "container" in answer.text
     listed = api.http.get("/api/jobs", params={"type": job_type})
     assert listed.status_code == 200 and listed.json() == []
+
+
+def test_a_worker_refuses_a_volume_its_own_policy_does_not_allow(
+    stack: Stack, runtime: Runtime, volumes: Path, job_type: str
+) -> None:
+    narrow = volumes / "narrow"
+    narrow.mkdir()
+    container_worker(
+        stack, runtime, volumes, job_type, node(), CONTAINER_VOLUME_PREFIXES=str(narrow)
+    )
+    spec = container("true", volumes=[{"source": str(volumes), "target": "/data"}])
+    job_id = stack.api.submit(type=job_type, container=spec)  # the API's policy allows it
+    job = stack.api.wait_status(job_id, "quarantined", "completed")
+    assert job["attempts"] == 1  # not retried
+    assert job["fail_reason"].startswith("container_refused: container.volumes[0].source")
+    assert left_of(runtime, job_id) == []
 
 
 def test_stop_stops_the_container_and_the_job_ends_stopped(
