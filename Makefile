@@ -15,15 +15,17 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 	$(BIN)/jobforge dev $(ARGS)
 
-# Debian packages the tests drive: Chromium (the dashboard tests) and docker-compose
-# (tests/test_compose.py validates docker-compose.yml; no Docker engine needed). As root,
-# the missing ones are installed with one apt-get run; otherwise their tests skip.
-DEBIAN_TOOLS := chromium docker-compose
+# Debian packages the tests drive, as package:command: Chromium (the dashboard tests),
+# docker-compose (tests/test_compose.py validates docker-compose.yml; no Docker engine
+# needed), podman, runc and a static busybox (tests/test_containers.py runs real
+# containers of a busybox image). As root, the missing ones are installed with one
+# apt-get run; otherwise their tests skip.
+DEBIAN_TOOLS := chromium:chromium docker-compose:docker-compose podman:podman runc:runc busybox-static:busybox
 debian-tools:
-	@missing=; for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	@missing=; for pair in $(DEBIAN_TOOLS); do command -v $${pair#*:} >/dev/null || missing="$$missing $${pair%%:*}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
-	for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null || echo "$$tool is missing: its tests will be skipped (apt-get install $$tool)"; done
+	for pair in $(DEBIAN_TOOLS); do command -v $${pair#*:} >/dev/null || echo "$${pair%%:*} is missing: its tests will be skipped (apt-get install $${pair%%:*})"; done
 
 # Three test processes (pytest-xdist) that take tests as they free up: most tests wait on
 # processes and timeouts, so they overlap well on two cores.
@@ -48,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.event_latency
 	$(BIN)/python -m bench.gates
 	$(BIN)/python -m bench.progress
+	$(BIN)/python -m bench.container_overhead
 
 clean:
 	rm -rf $(VENV) .jobforge .pytest_cache .mypy_cache .ruff_cache

@@ -14,7 +14,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities import solver
+from activities import container, solver
+from activities.container import ContainerRuntime
+from activities.runner import SolverRun
 from activities.solver import SolverLimits, SolverSource
 from engine.clock import now_ms
 from engine.log_store import AttemptLog, LogSettings
@@ -42,6 +44,8 @@ class RunnerConfig:
     slots: asyncio.Semaphore | None = None
     # Where each attempt's output is written as it comes (docs/api.md, logs).
     logs: LogSettings | None = None
+    # Container jobs run with this runtime (CONTAINER_RUNTIME); None: not on this worker.
+    containers: ContainerRuntime | None = None
 
 
 class DelayedReport:
@@ -152,7 +156,12 @@ class Attempt:
 
     async def run(self, waited: bool) -> AttemptResult:
         """Fetch the solver, run it, and return its result or raise its failure."""
-        argv = await self._config.source.argv(self._inp, on_download=self._on_download)
+        # A container job has no solver to fetch: its image is the runtime's business.
+        argv = (
+            await self._config.source.argv(self._inp, on_download=self._on_download)
+            if self._inp.container is None
+            else []
+        )
         if self._inp.claim_first and not await self._claim():
             raise ApplicationError(
                 "the attempt was recalled before its solver started",
@@ -179,19 +188,18 @@ class Attempt:
             else None
         )
         try:
-            run = await solver.run(
-                self._inp, argv, self._config.limits, self._on_start, self._on_progress, log
-            )
+            run = await self._execute(argv, log)
         finally:
             if log is not None:
                 log.close()
             # A solver that finished within the delay never sends `running`.
             sent = await self._running.settle()
         limits = self._config.limits
+        what = "solver" if self._inp.container is None else "container"
         if sent:
-            return solver.outcome(run, self._config.worker_id, limits.max_output_bytes)
+            return solver.outcome(run, self._config.worker_id, limits.max_output_bytes, what)
         try:
-            result = solver.outcome(run, self._config.worker_id, limits.max_output_bytes)
+            result = solver.outcome(run, self._config.worker_id, limits.max_output_bytes, what)
         except ApplicationError as err:
             # The solver ran: the failure carries the times, so `running` is recorded.
             details = AttemptFailureDetails(
@@ -204,6 +212,31 @@ class Attempt:
             ) from None
         return result.model_copy(
             update={"claimed_at": self._claimed_at, "started_at": self._started_at}
+        )
+
+    async def _execute(self, argv: list[str], log: AttemptLog | None) -> SolverRun:
+        inp, config = self._inp, self._config
+        if inp.container is None:
+            return await solver.run(
+                inp, argv, config.limits, self._on_start, self._on_progress, log
+            )
+        if config.containers is None:
+            # Only workers with a runtime poll container queues: a misrouted attempt,
+            # left for another worker.
+            raise ApplicationError(
+                "this worker has no container runtime (CONTAINER_RUNTIME)",
+                type=ErrorType.CONTAINER_REFUSED,
+            )
+        return await container.run(
+            config.containers,
+            inp,
+            inp.job_id,
+            inp.attempt,
+            config.worker_id,
+            config.limits,
+            self._on_start,
+            self._on_progress,
+            log,
         )
 
     async def _report(self, phase: Literal["assigned", "running"]) -> None:

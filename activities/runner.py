@@ -94,8 +94,13 @@ async def run_solver(
     on_stderr_line: Callable[[str], None] | None = None,
     stop_grace_s: float = KILL_GRACE_S,
     on_output: Callable[[Literal["stdout", "stderr"], bytes], None] | None = None,
+    stop: Callable[[], Awaitable[None]] | None = None,
 ) -> SolverRun:
     """Run `argv`; TERM then KILL its whole group at `max_runtime_s` or on cancel.
+
+    With `stop`, that is how the process is asked to end instead of a TERM (a container
+    runtime's `stop`, which the runtime's own client cannot pass on when killed); the
+    group still gets KILL if it has not exited `stop_grace_s` after `stop` returned.
 
     Whatever happens, the process group is killed before this returns, so children
     that outlive the solver do not outlive the job. With `max_memory_bytes`, the
@@ -137,10 +142,10 @@ async def run_solver(
         overflow_wait.cancel()
         if waiter not in done:
             timed_out = not overflow.is_set()
-            await _terminate(process, pgid, stop_grace_s)
+            await _terminate(process, pgid, stop_grace_s, stop)
         await waiter
     except BaseException:
-        await asyncio.shield(_terminate(process, pgid, stop_grace_s))
+        await asyncio.shield(_terminate(process, pgid, stop_grace_s, stop))
         stdout_task.cancel()
         stderr_task.cancel()
         raise
@@ -219,8 +224,16 @@ async def _exited(process: asyncio.subprocess.Process) -> None:
         os.close(fd)
 
 
-async def _terminate(process: asyncio.subprocess.Process, pgid: int, grace_s: float) -> None:
-    kill_group(pgid, signal.SIGTERM)
+async def _terminate(
+    process: asyncio.subprocess.Process,
+    pgid: int,
+    grace_s: float,
+    stop: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    if stop is None:
+        kill_group(pgid, signal.SIGTERM)
+    else:
+        await stop()
     try:
         await asyncio.wait_for(_exited(process), grace_s)
     except TimeoutError:

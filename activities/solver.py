@@ -74,11 +74,6 @@ async def run(
 ) -> SolverRun:
     """Run `argv --params <json>` within `job.max_runtime_ms` and `limits`; each
     progress line the solver writes to stderr goes to `on_progress`."""
-
-    def on_line(line: str) -> None:
-        if on_progress is not None and (found := Progress.from_line(line, now_ms())):
-            on_progress(found)
-
     try:
         return await run_solver(
             [*argv, "--params", json.dumps(job.params, separators=(",", ":"))],
@@ -87,7 +82,7 @@ async def run(
             log_tail_bytes=limits.log_tail_bytes,
             on_start=on_start,
             max_memory_bytes=limits.max_memory_bytes,
-            on_stderr_line=on_line if on_progress is not None else None,
+            on_stderr_line=progress_reader(on_progress),
             stop_grace_s=limits.stop_grace_s,
             on_output=log.write if log is not None else None,
         )
@@ -96,6 +91,20 @@ async def run(
             f"cannot start solver {argv[0]}: {err.strerror}",
             type=ErrorType.SOLVER_START_FAILED,
         ) from err
+
+
+def progress_reader(
+    on_progress: Callable[[Progress], None] | None,
+) -> Callable[[str], None] | None:
+    """A stderr line reader that passes progress lines (JOBFORGE_PROGRESS) on."""
+    if on_progress is None:
+        return None
+
+    def on_line(line: str) -> None:
+        if found := Progress.from_line(line, now_ms()):
+            on_progress(found)
+
+    return on_line
 
 
 def parse_result(stdout: bytes) -> tuple[JsonValue, str]:
@@ -108,26 +117,29 @@ def parse_result(stdout: bytes) -> tuple[JsonValue, str]:
     return result, hashlib.sha256(stdout).hexdigest()
 
 
-def outcome(run: SolverRun, worker_id: str, max_output_bytes: int) -> AttemptResult:
+def outcome(
+    run: SolverRun, worker_id: str, max_output_bytes: int, what: str = "solver"
+) -> AttemptResult:
     """Turn a finished process into a result, or raise the attempt's failure (its
-    details: an AttemptFailureDetails with the stderr tail)."""
+    details: an AttemptFailureDetails with the stderr tail). `what` ran: a solver, or
+    a container."""
     details = AttemptFailureDetails(log_tail=run.stderr_tail or None)
     if run.timed_out:
         raise ApplicationError(
-            "solver exceeded max_runtime_ms",
+            f"{what} exceeded max_runtime_ms",
             details,
             type=ErrorType.MAX_RUNTIME_EXCEEDED,
             non_retryable=True,
         )
     if run.output_overflow:
         raise ApplicationError(
-            f"solver printed more than {max_output_bytes} bytes",
+            f"{what} printed more than {max_output_bytes} bytes",
             details,
             type=ErrorType.RESULT_TOO_LARGE,
         )
     if run.exit_code != 0:
         raise ApplicationError(
-            f"solver exited with code {run.exit_code}", details, type=ErrorType.SOLVER_EXIT
+            f"{what} exited with code {run.exit_code}", details, type=ErrorType.SOLVER_EXIT
         )
     result, result_hash = parse_result(run.stdout)
     return AttemptResult(

@@ -115,14 +115,17 @@ class Bridge:
         types: list[str] | None,
         wait_s: float,
         gone: Callable[[], Awaitable[bool]] | None = None,
+        container_types: list[str] | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
         `gone` tells whether the claimer hung up; a task is then passed on, not lost.
+        `container_types`: the claimer also runs container jobs of these types (empty:
+        of every type it claims); None: no container jobs.
         """
         deadline = time.monotonic() + wait_s
         while True:
-            queues = await self._queues(types)
+            queues = await self._queues(types, container_types)
             remaining = deadline - time.monotonic()
             delivery = await self._wait_for_task(worker_id, queues, max(remaining, 0.0), types)
             if delivery is None:
@@ -136,9 +139,14 @@ class Bridge:
             if claimed is not None:
                 return claimed
 
-    async def _queues(self, types: list[str] | None) -> list[str]:
+    async def _queues(
+        self, types: list[str] | None, container_types: list[str] | None = None
+    ) -> list[str]:
         names = types if types else await self._jobs.known_types()
-        return [self._temporal.activity_queue(t) for t in names]
+        queues = [self._temporal.activity_queue(t) for t in names]
+        if container_types is not None:
+            queues += [self._temporal.container_queue(t) for t in container_types or names]
+        return queues
 
     async def _wait_for_task(
         self, worker_id: str, queues: list[str], wait_s: float, types: list[str] | None

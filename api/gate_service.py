@@ -241,17 +241,23 @@ class GateService:
             view = await self._gates.view(GateKind.TARGET, job.target)
             if view is not None and view.settings.halted:
                 reason = WaitingFor.TARGET_HALTED
-        elif reason is None and not await self._served_type(job.type):
+        elif reason is None and job.container is not None:
+            # Only container-capable workers poll a type's container queue.
+            if not await self._served_queue(self._temporal.container_queue(job.type)):
+                reason = WaitingFor.EXECUTOR
+        elif reason is None and not await self._served_queue(
+            self._temporal.activity_queue(job.type)
+        ):
             reason = WaitingFor.NO_WORKER
         return job.model_copy(update={"waiting_for": reason})
 
-    async def _served_type(self, job_type: str) -> bool:
-        cached = self._served.get(job_type)
+    async def _served_queue(self, queue: str) -> bool:
+        cached = self._served.get(queue)
         if cached is not None and time.monotonic() < cached[0]:
             return cached[1]
         request = DescribeTaskQueueRequest(
             namespace=self._temporal.namespace,
-            task_queue=TaskQueue(name=self._temporal.activity_queue(job_type)),
+            task_queue=TaskQueue(name=queue),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
         )
         response = await self._client.workflow_service.describe_task_queue(request)
@@ -260,7 +266,7 @@ class GateService:
             now - poller.last_access_time.ToSeconds() <= POLLER_FRESH_S
             for poller in response.pollers
         )
-        self._served[job_type] = (time.monotonic() + SERVED_TTL_S, served)
+        self._served[queue] = (time.monotonic() + SERVED_TTL_S, served)
         return served
 
     # -- shared --------------------------------------------------------------------

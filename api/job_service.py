@@ -40,6 +40,7 @@ from engine.gates import Admitted, Gates
 from engine.log_store import LogSettings
 from engine.solver_urls import SolverUrlRefused, SolverUrlSettings, check_host, url_problem
 from workflows import search_attributes
+from workflows.container_models import container_problem
 from workflows.errors import (
     ErrorType,
     InvalidField,
@@ -126,6 +127,14 @@ class JobService:
         """Start a JobWorkflow; with a key, the same key and body give the same job."""
         if spec.solver_url is not None:
             await self._check_solver_url(spec.solver_url)
+        if spec.container is not None:
+            problem = container_problem(
+                spec.container,
+                self._settings.container_volume_prefixes,
+                self._settings.container_image_allow,
+            )
+            if problem is not None:
+                raise InvalidField(*problem)
         job_id = job_id_for_key(idempotency_key) if idempotency_key else uuid.uuid4().hex
         created = now_ms()
         if spec.deadline_at is not None and spec.deadline_at <= created:
@@ -151,7 +160,9 @@ class JobService:
             spec=spec,
             created_at=created,
             priority_key=priority_key(spec.priority, self._settings.thresholds),
-            activity_task_queue=self._temporal.activity_queue(spec.type),
+            activity_task_queue=self._temporal.container_queue(spec.type)
+            if spec.container is not None
+            else self._temporal.activity_queue(spec.type),
             heartbeat_timeout_ms=spec.heartbeat_timeout_ms
             or int(self._settings.heartbeat_timeout_s * 1000),
             requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,

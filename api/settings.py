@@ -4,10 +4,12 @@ same concept as worker/settings.py, for the other kind of process."""
 from __future__ import annotations
 
 import secrets
+from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from workflows.container_models import split_list
 from workflows.gate_models import GateSettings
 from workflows.models import COST_UNITS_LIMIT
 
@@ -69,6 +71,21 @@ class ApiSettings(BaseSettings):
     job_cancel_wait_s: float = Field(
         default=300.0, ge=1, le=7 * 24 * 3600.0, validation_alias="JOB_CANCEL_WAIT_S"
     )
+
+    # Container jobs (docs/workers.md, Containers): a volume's source must lie under one
+    # of these prefixes (none: no volumes); with globs set, the image must match one.
+    # The workers apply the same rules with their own settings of the same names.
+    container_volume_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias="CONTAINER_VOLUME_PREFIXES"
+    )
+    container_image_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, validation_alias="CONTAINER_IMAGE_ALLOW"
+    )
+
+    @field_validator("container_volume_prefixes", "container_image_allow", mode="before")
+    @classmethod
+    def _lists(cls, value: object) -> object:
+        return split_list(value)
 
     @field_validator("priority_thresholds")
     @classmethod

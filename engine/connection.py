@@ -21,6 +21,9 @@ def _env(name: str, standard: str) -> AliasChoices:
     return AliasChoices(f"TEMPORAL_{name}", f"TEMPORAL_{standard}")
 
 
+CONTAINER_QUEUE_SUFFIX = "@container"
+
+
 class TemporalSettings(BaseSettings):
     """Where Temporal is and which queues jobforge uses there (env `TEMPORAL_*`)."""
 
@@ -62,6 +65,11 @@ class TemporalSettings(BaseSettings):
     def activity_queue(self, job_type: str) -> str:
         """The task queue one job type's attempts run on."""
         return f"{self.activity_queue_prefix}{job_type}"
+
+    def container_queue(self, job_type: str) -> str:
+        """The task queue one job type's container jobs run on: polled only by workers
+        with a container runtime (a type name never holds `@`)."""
+        return f"{self.activity_queue(job_type)}{CONTAINER_QUEUE_SUFFIX}"
 
     def tls_config(self) -> TLSConfig | bool:
         """What the client's `tls` option gets: a TLSConfig built from the files (read

@@ -372,7 +372,7 @@ def agent_variables() -> set[str]:
 
     from worker.agent import AgentSettings
     from worker.hub_client import HubSettings
-    from worker.settings import SolverSettings, WorkerSettings
+    from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 
     def names(cls: type[BaseSettings]) -> set[str]:
         prefix = cls.model_config.get("env_prefix", "")
@@ -383,7 +383,9 @@ def agent_variables() -> set[str]:
         }
 
     native_only = {"WORKER_RUN_WORKFLOWS", "WORKER_TYPE_POLL_MS", "WORKER_METRICS_PORT"}
-    every = set().union(*map(names, (HubSettings, AgentSettings, WorkerSettings, SolverSettings)))
+    every = set().union(
+        *map(names, (HubSettings, AgentSettings, WorkerSettings, SolverSettings, ContainerSettings))
+    )
     return every - native_only
 
 

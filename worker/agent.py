@@ -21,11 +21,12 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.exceptions import ApplicationError
 
-from activities import solver
+from activities import container, solver
+from activities.container import WORKER_LABEL
 from engine.log_store import AttemptLog, split_lines
 from worker.host_telemetry import HostSampler
 from worker.hub_client import HubSettings
-from worker.settings import SolverSettings, WorkerSettings
+from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 from workflows.errors import ErrorType, Failure
 from workflows.models import AttemptResult, ClaimedJob, Progress
 
@@ -111,9 +112,16 @@ class Hub:
 class Agent:
     """WORKER_CORES claim loops against one hub."""
 
-    def __init__(self, settings: AgentSettings, solvers: SolverSettings) -> None:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        solvers: SolverSettings,
+        containers: ContainerSettings | None = None,
+    ) -> None:
         self._settings = settings
         self._worker = settings.worker
+        self._containers = containers or ContainerSettings()
+        self._runtime = self._containers.runtime_client()
         self._limits = solvers.limits
         self._source = solvers.source(settings.worker.solvers)
         self._hub = Hub(settings)
@@ -130,6 +138,9 @@ class Agent:
                 log.info("WORKER_ENABLED=false: registered, not running jobs")
                 return
             presence = asyncio.create_task(self._presence(stop))
+            if self._runtime is not None:
+                # What this agent left when it was killed, before a container job starts.
+                await self._runtime.remove_labelled(WORKER_LABEL, s.node_id)
             log.info("agent %s ready: cores=%d types=%s", s.node_id, s.cores, s.types or "<all>")
             await asyncio.gather(*(self._loop(stop) for _ in range(s.cores)))
         finally:
@@ -149,6 +160,8 @@ class Agent:
                 "cores": s.cores,
                 "ram_gb": s.ram_gb,
                 "tags": s.tags,
+                "container_runtime": self._containers.runtime,
+                "container_types": s.container_types if self._runtime else [],
             },
         )
         if response.status_code != 204:
@@ -178,6 +191,10 @@ class Agent:
         body: dict[str, Any] = {"worker_id": self._worker.node_id, "wait": s.claim_wait_s}
         if self._worker.types:
             body["types"] = self._worker.types
+        if self._runtime is not None:
+            body["containers"] = True
+            if self._worker.container_types:
+                body["container_types"] = self._worker.container_types
         while not stop.is_set():
             claim = asyncio.create_task(self._hub.call("POST", "/api/jobs/claim", stop, json=body))
             stopped = asyncio.create_task(stop.wait())
@@ -288,11 +305,30 @@ class Agent:
         on_progress: Callable[[Progress], None],
         output: LogUploader,
     ) -> AttemptResult:
-        argv = await self._source.argv(job)
         # solver.run only calls `log.write(stream, chunk)`, which the uploader has.
         sink = cast(AttemptLog, output)
-        run = await solver.run(job, argv, self._limits, on_start, on_progress, sink)
-        return solver.outcome(run, self._worker.node_id, self._limits.max_output_bytes)
+        node_id = self._worker.node_id
+        if job.container is None:
+            argv = await self._source.argv(job)
+            run = await solver.run(job, argv, self._limits, on_start, on_progress, sink)
+            return solver.outcome(run, node_id, self._limits.max_output_bytes)
+        if self._runtime is None:
+            raise ApplicationError(
+                "this agent has no container runtime (CONTAINER_RUNTIME)",
+                type=ErrorType.CONTAINER_REFUSED,
+            )
+        run = await container.run(
+            self._runtime,
+            job,
+            job.id,
+            job.attempt,
+            node_id,
+            self._limits,
+            on_start,
+            on_progress,
+            sink,
+        )
+        return solver.outcome(run, node_id, self._limits.max_output_bytes, "container")
 
     async def _heartbeats(
         self, job_id: str, lost: asyncio.Event, every_s: float, progress: LatestProgress
@@ -473,10 +509,12 @@ class LatestProgress:
         self._changed.clear()
 
 
-async def serve(settings: AgentSettings, solver: SolverSettings) -> None:
+async def serve(
+    settings: AgentSettings, solver: SolverSettings, containers: ContainerSettings | None = None
+) -> None:
     """Entry point of `jobforge agent`."""
     from worker.native import install_stop_handlers
 
     stop = asyncio.Event()
     install_stop_handlers(stop)
-    await Agent(settings, solver).run(stop)
+    await Agent(settings, solver, containers).run(stop)

@@ -73,14 +73,15 @@ def _logging() -> None:
 
 @command(cls=_Command)
 def worker() -> None:
-    """Run a native Temporal worker (WORKER_*, SOLVER_*, NODE_ID, TEMPORAL_* env)."""
+    """Run a native Temporal worker (WORKER_*, SOLVER_*, CONTAINER_*, NODE_ID, TEMPORAL_*
+    env)."""
     from engine.connection import TemporalSettings
     from worker.native import serve
-    from worker.settings import SolverSettings, WorkerSettings
+    from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 
     _logging()
     with _settings("worker"):
-        settings = (TemporalSettings(), WorkerSettings(), SolverSettings())
+        settings = (TemporalSettings(), WorkerSettings(), SolverSettings(), ContainerSettings())
     asyncio.run(serve(*settings))
     _exit(0)
 
@@ -98,15 +99,16 @@ def agent(
         ),
     ] = None,
 ) -> None:
-    """Run an HTTP-only worker (HUB_URL, NODE_ID, FORGE_INGEST_SECRET, WORKER_* env)."""
+    """Run an HTTP-only worker (HUB_URL, NODE_ID, FORGE_INGEST_SECRET, WORKER_*,
+    CONTAINER_* env)."""
     from worker.agent import AgentSettings, serve
-    from worker.settings import SolverSettings
+    from worker.settings import ContainerSettings, SolverSettings
 
     _logging()
     if env_file is not None:
         load_dotenv(env_file, override=False)
     with _settings("agent"):
-        settings = (AgentSettings(), SolverSettings())
+        settings = (AgentSettings(), SolverSettings(), ContainerSettings())
     asyncio.run(serve(*settings))
     _exit(0)
 

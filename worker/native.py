@@ -14,13 +14,14 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.attempt import JobActivities, RunnerConfig
+from activities.container import WORKER_LABEL
 from engine.clock import now_ms
 from engine.connection import TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_telemetry
 from engine.log_store import LogSettings
 from engine.tracing import start_tracing
 from worker.host_telemetry import HostSampler
-from worker.settings import SolverSettings, WorkerSettings
+from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import WorkerInfo
@@ -66,17 +67,21 @@ class NativeWorker:
         temporal: TemporalSettings,
         settings: WorkerSettings,
         solver: SolverSettings,
+        containers: ContainerSettings | None = None,
     ) -> None:
         self._client = client
         self._temporal = temporal
         self._settings = settings
+        self._containers = containers or ContainerSettings()
         config = RunnerConfig(
             worker_id=settings.node_id,
             source=solver.source(settings.solvers),
             limits=solver.limits,
             slots=asyncio.Semaphore(settings.cores),
             logs=LogSettings(),
+            containers=self._containers.runtime_client(),
         )
+        self._runtime = config.containers
         self._activities = JobActivities(client, config)
         self._host = HostSampler(solver.cache_dir, lambda: self._activities.running)
         self._runs: dict[str, asyncio.Task[None]] = {}
@@ -84,11 +89,22 @@ class NativeWorker:
 
     def serve_type(self, job_type: str) -> None:
         """Start polling one job type's task queue (idempotent)."""
-        if job_type in self._workers:
-            return
+        if self._runtime and not self._settings.container_types:
+            self._serve_containers(job_type)
+        if self._serve_queue(self._temporal.activity_queue(job_type)):
+            log.info("serving job type %s", job_type)
+
+    def _serve_containers(self, job_type: str) -> None:
+        if self._serve_queue(self._temporal.container_queue(job_type)):
+            log.info("serving container jobs of type %s", job_type)
+
+    def _serve_queue(self, queue: str) -> bool:
+        """Start polling one activity task queue; False if it already is."""
+        if queue in self._workers:
+            return False
         worker = Worker(
             self._client,
-            task_queue=self._temporal.activity_queue(job_type),
+            task_queue=queue,
             activities=[self._activities.run_job],
             max_concurrent_activities=self._settings.cores,
             max_concurrent_activity_task_polls=1,
@@ -100,8 +116,8 @@ class NativeWorker:
             ),
             identity=self._settings.node_id,
         )
-        self._add(job_type, worker)
-        log.info("serving job type %s", job_type)
+        self._add(queue, worker)
+        return True
 
     def _add(self, key: str, worker: Worker) -> None:
         self._workers[key] = worker
@@ -111,6 +127,11 @@ class NativeWorker:
         """Run until `stop` is set, then shut down gracefully."""
         if self._settings.run_workflows:
             self._add("<workflows>", build_workflow_worker(self._client, self._temporal))
+        if self._runtime:
+            # What this worker left when it was killed, before a container job starts.
+            await self._runtime.remove_labelled(WORKER_LABEL, self._settings.node_id)
+            for job_type in self._settings.container_types:
+                self._serve_containers(job_type)
         for job_type in self._settings.types:
             self.serve_type(job_type)
         log.info(
@@ -150,6 +171,8 @@ class NativeWorker:
             ram_gb=settings.ram_gb,
             tags=settings.tags,
             kind="native",
+            container_runtime=self._containers.runtime,
+            container_types=settings.container_types if self._containers.runtime else [],
         )
         registered = False
         while not stop.is_set():
@@ -211,7 +234,10 @@ def install_stop_handlers(stop: asyncio.Event) -> None:
 
 
 async def serve(
-    temporal: TemporalSettings, settings: WorkerSettings, solver: SolverSettings
+    temporal: TemporalSettings,
+    settings: WorkerSettings,
+    solver: SolverSettings,
+    containers: ContainerSettings | None = None,
 ) -> None:
     """Entry point of `jobforge worker`."""
     stop = asyncio.Event()
@@ -220,4 +246,4 @@ async def serve(
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
     start_tracing("jobforge-worker")
     client = await connect(temporal, identity=settings.node_id, runtime=runtime)
-    await NativeWorker(client, temporal, settings, solver).run(stop)
+    await NativeWorker(client, temporal, settings, solver, containers).run(stop)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from activities.container import ContainerRuntime
 from activities.solver import SolverLimits, SolverSource, split_command
 from activities.solver_cache import FetchLimits, SolverCache
 from engine.solver_urls import SolverUrlSettings
@@ -116,8 +119,59 @@ class WorkerSettings(BaseSettings):
         default_factory=_default_node_id,
         validation_alias="NODE_ID",
     )
+    # With CONTAINER_RUNTIME set: the types whose container jobs it runs (empty: every
+    # type it serves).
+    container_types: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
-    @field_validator("types", "tags", mode="before")
+    def serves_containers_of(self, job_type: str) -> bool:
+        """Whether this worker takes container jobs of `job_type` (given a runtime)."""
+        return not self.container_types or job_type in self.container_types
+
+    @field_validator("types", "tags", "container_types", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _json_or_csv(value)
+
+
+class ContainerSettings(BaseSettings):
+    """Container jobs on this worker (env `CONTAINER_*`, docs/workers.md). Without
+    CONTAINER_RUNTIME the worker takes no container jobs."""
+
+    model_config = SettingsConfigDict(env_prefix="CONTAINER_", extra="ignore")
+
+    runtime: Literal["docker", "podman"] | None = None
+    # Global options of every runtime call, as a shell would split them (`--runtime runc`).
+    runtime_args: str = ""
+    # A volume's source must lie under one of these (none: no volumes); the API checks
+    # the same at submit with its own setting of this name.
+    volume_prefixes: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Globs an image must match (none: any image).
+    image_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # A job's limits when it names none (`container.memory_mb`, `container.cpus`); 0: none.
+    memory_mb: int = Field(default=4096, ge=0)
+    cpus: float = Field(default=0.0, ge=0)
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("volume_prefixes", "image_allow", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _json_or_csv(value)
+
+    def runtime_client(self) -> ContainerRuntime | None:
+        """The runtime container jobs run with, or None when none is configured."""
+        if self.runtime is None:
+            return None
+        if shutil.which(self.runtime) is None:
+            raise SystemExit(f"CONTAINER_RUNTIME={self.runtime}, but {self.runtime} is not on PATH")
+        return ContainerRuntime(
+            program=self.runtime,
+            global_args=tuple(shlex.split(self.runtime_args)),
+            volume_prefixes=tuple(self.volume_prefixes),
+            image_allow=tuple(self.image_allow),
+            memory_mb=self.memory_mb or None,
+            cpus=self.cpus or None,
+        )

@@ -54,6 +54,9 @@ class ErrorType(StrEnum):
     NOT_REQUEUEABLE = "not_requeueable"
     # A pool turned an admission-only job away (`admission: reject`).
     POOL_FULL = "pool_full"
+    # A container job this worker will not run: its runtime is missing, or the job's
+    # image or volumes are outside the worker's CONTAINER_* policy.
+    CONTAINER_REFUSED = "container_refused"
 
 
 # Failures that end the job at once, whatever attempts remain.

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from workflows.container_models import ContainerSpec
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateRef, GateSettings
 
@@ -82,6 +83,8 @@ class WaitingFor(StrEnum):
     TARGET_HALTED = "target_halted"
     START_TIME = "start_time"
     NO_WORKER = "no_worker"
+    # A container job: no live container-capable worker serves its type.
+    EXECUTOR = "executor"
 
 
 # What a job waits for while it waits at a gate of each kind.
@@ -152,6 +155,10 @@ class JobSpec(BaseModel):
     max_runtime_ms: Annotated[int, Field(strict=True, ge=100, le=MAX_RUNTIME_MS_LIMIT)] = 300_000
     solver_url: Annotated[str | None, Field(max_length=SOLVER_URL_MAX_LEN)] = None
     solver_checksum: str | None = None
+    container: Annotated[
+        ContainerSpec | None,
+        Field(description="Run this container instead of a solver (docs/workers.md)"),
+    ] = None
     # Scheduling (docs/scheduling.md): a job with none of these takes the plain path.
     group: Annotated[str | None, Field(pattern=GATE_KEY_PATTERN, description="Group gate")] = None
     pool: Annotated[str | None, Field(pattern=GATE_KEY_PATTERN, description="Pool gate")] = None
@@ -224,6 +231,15 @@ class JobSpec(BaseModel):
             raise ValueError("solver_checksum is required when solver_url is given")
         return self
 
+    @field_validator("container")
+    @classmethod
+    def _container_or_solver(
+        cls, value: ContainerSpec | None, info: ValidationInfo
+    ) -> ContainerSpec | None:
+        if value is not None and info.data.get("solver_url") is not None:
+            raise ValueError("a job runs a container or a solver_url, not both")
+        return value
+
     # Checks across fields, each on the later field so a 422 names it (fields are
     # validated in order: pool before cost_units, earliest_start_at before deadline_at).
     @field_validator("cost_units")
@@ -293,6 +309,7 @@ class RunSpec(BaseModel):
     solver_url: str | None = None
     solver_checksum: str | None = None
     max_runtime_ms: int
+    container: ContainerSpec | None = None
 
 
 class JobIdentity(BaseModel):
@@ -326,6 +343,7 @@ class Job(BaseModel):
     fail_history: list[FailRecord] = Field(default_factory=list)
     solver_url: str | None = None
     solver_checksum: str | None = None
+    container: ContainerSpec | None = None
     log_tail: str | None = None
     result_key: str | None = Field(
         default=None, description="Idempotency key of the accepted result"
@@ -450,6 +468,12 @@ class WorkerInfo(BaseModel):
         default_factory=list
     )
     kind: Literal["agent", "native"] = "agent"
+    # Container jobs (docs/workers.md): the runtime it runs them with, and the types it
+    # takes them of (empty: every type it serves).
+    container_runtime: Literal["docker", "podman"] | None = None
+    container_types: Annotated[
+        list[Annotated[str, Field(pattern=TYPE_PATTERN)]], Field(max_length=256)
+    ] = Field(default_factory=list)
 
 
 class WorkerRecord(BaseModel):

@@ -31,6 +31,19 @@ class ClaimRequest(BaseModel):
         list[Annotated[str, Field(pattern=TYPE_PATTERN)]] | None, Field(max_length=64)
     ] = None
     wait: Annotated[float, Field(strict=True, ge=0, le=CLAIM_MAX_WAIT_S)] = 0.0
+    # Container jobs (docs/workers.md): claim them too, of `container_types` or, without
+    # it, of every type claimed.
+    containers: Annotated[bool, Field(strict=True)] = False
+    container_types: Annotated[
+        list[Annotated[str, Field(pattern=TYPE_PATTERN)]] | None, Field(max_length=64)
+    ] = None
+
+    @property
+    def claimed_container_types(self) -> list[str] | None:
+        """The bridge's `container_types`: None for no container jobs."""
+        if self.container_types is not None:
+            return self.container_types
+        return [] if self.containers else None
 
 
 class HeartbeatRequest(BaseModel):
@@ -87,6 +100,7 @@ async def claim_job(
         body.types,
         max(body.wait, CLAIM_MIN_WAIT_S),
         gone=request.is_disconnected,
+        container_types=body.claimed_container_types,
     )
     if claimed is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
