@@ -36,7 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.job_service import JobService
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
-from workflows.errors import ErrorType, Failure, JobConflict
+from workflows.errors import ErrorType, Failure, JobConflict, JobNotFound
 from workflows.models import (
     AttemptInput,
     AttemptReport,
@@ -238,6 +238,9 @@ class Bridge:
         )
         workflow = self._client.get_workflow_handle(inp.job_id)
         try:
+            # The whole job for the answer, read first (a query: no history event), so
+            # a read that fails hands the task back before anything is recorded.
+            job = await self._jobs.get(inp.job_id)
             if inp.claim_first:
                 # A grouped job: asked, in order with a pause's recall.
                 if not await workflow.execute_update(CLAIM_UPDATE, report, result_type=bool):
@@ -248,12 +251,16 @@ class Bridge:
                 # claimer gets the job one workflow task sooner; `_held_by` covers the
                 # moment before the workflow has applied it.
                 await workflow.signal(REPORT_SIGNAL, report)
-        except RPCError as err:
+        except JobNotFound:
             await self._abandon(task)
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
             return None  # the job closed meanwhile
+        except Exception as err:
+            await self._abandon(task)
+            if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+                return None  # the job closed meanwhile
+            raise
         return ClaimedJob.of(
+            job,
             inp,
             worker_id=worker_id,
             claimed_at=claimed_at,

@@ -133,6 +133,9 @@ def uploader(fake: FakeHub) -> LogUploader:
             "worker_id": "w1",
             "heartbeat_timeout_ms": 60_000,
             "claimed_at": 0,
+            "priority": 0,
+            "created_at": 0,
+            "max_attempts": 3,
         }
     )
     return LogUploader(cast(Hub, fake), job, "w1")

@@ -56,7 +56,27 @@ def test_a_claimed_job_runs_through_heartbeat_and_result_to_completed(
     assert job["params"] == {"x": 1}
     assert job["max_runtime_ms"] == 60_000
     assert job["attempt"] == 1
-    assert hub.job(job_id)["status"] == "assigned"
+    read = wait_until(
+        lambda: (got := hub.job(job_id))["status"] == "assigned" and got,
+        timeout=10,
+        what="the claim applied",
+    )
+    # The claim answers the whole Job (the spec's), as a read of the job then shows it.
+    shared = (
+        "type",
+        "params",
+        "priority",
+        "created_at",
+        "max_attempts",
+        "attempts",
+        "worker_id",
+        "claimed_at",
+        "fail_history",
+        "attempt",
+        "status",
+    )
+    assert {key: job[key] for key in shared} == {key: read[key] for key in shared}
+    assert job["job_id"] == job_id and job["heartbeat_timeout_ms"] > 0
 
     beat = hub.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-a"})
     assert beat.status_code == 204, beat.text

@@ -737,6 +737,9 @@ def test_an_agent_batch_resent_grown_after_a_lost_answer_loses_no_line(tmp_path:
             "worker_id": "w1",
             "heartbeat_timeout_ms": 60_000,
             "claimed_at": 0,
+            "priority": 0,
+            "created_at": 0,
+            "max_attempts": 3,
         }
     )
     hub = StoreHub(tmp_path)

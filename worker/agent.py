@@ -308,9 +308,10 @@ class Agent:
         # solver.run only calls `log.write(stream, chunk)`, which the uploader has.
         sink = cast(AttemptLog, output)
         node_id = self._worker.node_id
+        spec = job.attempt_input()
         if job.container is None:
-            argv = await self._source.argv(job)
-            run = await solver.run(job, argv, self._limits, on_start, on_progress, sink)
+            argv = await self._source.argv(spec)
+            run = await solver.run(spec, argv, self._limits, on_start, on_progress, sink)
             return solver.outcome(run, node_id, self._limits.max_output_bytes)
         if self._runtime is None:
             raise ApplicationError(
@@ -319,7 +320,7 @@ class Agent:
             )
         run = await container.run(
             self._runtime,
-            job,
+            spec,
             job.id,
             job.attempt,
             node_id,

@@ -484,27 +484,59 @@ class WorkerRecord(BaseModel):
     last_heartbeat: int | None = None
 
 
-class ClaimedJob(AttemptInput):
-    """What an HTTP claimer gets: the attempt's input, and who holds it until when."""
+class ClaimedJob(Job):
+    """What an HTTP claimer gets: the whole job (the spec's `Job`) as the claim left
+    it, and the attempt it holds: `job_id`, `claim_first`, and the heartbeat timeout."""
 
-    id: str
-    status: JobStatus
+    job_id: str
+    status: JobStatus = JobStatus.ASSIGNED
     worker_id: str
-    heartbeat_timeout_ms: int = Field(description="Heartbeat at least three times per this")
     claimed_at: int
+    heartbeat_timeout_ms: int = Field(description="Heartbeat at least three times per this")
+    claim_first: bool = False
 
     @classmethod
     def of(
-        cls, inp: AttemptInput, *, worker_id: str, claimed_at: int, heartbeat_timeout_ms: int
+        cls,
+        job: Job,
+        inp: AttemptInput,
+        *,
+        worker_id: str,
+        claimed_at: int,
+        heartbeat_timeout_ms: int,
     ) -> ClaimedJob:
-        """The claim answer for an attempt just handed to `worker_id`."""
+        """The claim answer for `inp`'s attempt just handed to `worker_id`. `job` was
+        read as the claim reached the workflow; one read before the workflow applied
+        the claim gets it applied here, as the workflow applies it."""
+        fields = job.model_dump(exclude={"worker_id", "claimed_at", "heartbeat_timeout_ms"})
+        applied = (
+            job.status == JobStatus.ASSIGNED
+            and job.worker_id == worker_id
+            and job.attempt == inp.attempt
+        )
+        if not applied:
+            fields.update(
+                status=JobStatus.ASSIGNED,
+                attempt=inp.attempt,
+                attempts=job.attempts + 1,
+                heartbeat_at=claimed_at,
+            )
         return cls(
-            **inp.model_dump(),
-            id=inp.job_id,
-            status=JobStatus.ASSIGNED,
+            **fields,
+            job_id=inp.job_id,
             worker_id=worker_id,
-            claimed_at=claimed_at,
+            claimed_at=job.claimed_at if applied and job.claimed_at else claimed_at,
             heartbeat_timeout_ms=heartbeat_timeout_ms,
+            claim_first=inp.claim_first,
+        )
+
+    def attempt_input(self) -> AttemptInput:
+        """The attempt this claim holds."""
+        return AttemptInput(
+            job_id=self.job_id,
+            attempt=self.attempt,
+            claim_first=self.claim_first,
+            **self.model_dump(include=_RUN_FIELDS),
         )
 
 
