@@ -134,9 +134,11 @@ def daemon(
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with _hub() as client:
         live = _daemons(client, pool_name(path))
-    if any(_healthy(d) for d in live):
-        pid = tag_value(live[0]["tags"], PID_TAG)
-        _fail(f"a daemon already serves {path} (pid {pid} on {live[0]['worker_id']})")
+    # The design's single-instance lock, as the hub sees it: a healthy daemon of this
+    # workspace is listed.
+    for other in filter(_healthy, live):
+        pid = tag_value(other["tags"], PID_TAG)
+        _fail(f"a daemon already serves {path} (pid {pid}, worker {other['worker_id']})")
     try:
         asyncio.run(serve(path, max_parallel, command, hub))
     except HubError as err:

@@ -216,6 +216,9 @@ def test_an_enqueued_run_is_queued_then_the_daemon_runs_it_and_status_says_so(
     assert line.startswith(f"daemon: running pid={daemon.process.pid} max_parallel=2 ")
     assert run_lines(status)[job_id]["state"] == "succeeded" == design_state(hub, job_id)
     assert group_line(status, group) == f"group {group}: succeeded=1"
+    # One daemon per workspace: a second one is refused while the first is healthy.
+    second = rf(env, "daemon", "--workspace", str(workspace))
+    assert one_error(second, 1).startswith(f"error: a daemon already serves {workspace} ")
 
 
 def test_the_daemon_stops_gracefully_on_sigterm_letting_its_running_run_finish(
