@@ -37,8 +37,9 @@ from worker.runforge import (
 from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 from workflows.models import WorkerInfo
 
-# The core events that end a run's attempt on this daemon.
-DONE_EVENTS = ("job:completed", "job:quarantined", "job:stopped", "job:pending")
+# The core events that end a run on this daemon; `job:pending` ends its attempt only
+# (an operator's requeue): no token, it starts again.
+DONE_EVENTS = ("job:completed", "job:quarantined", "job:stopped")
 # How long, after the worker stopped, the daemon reads the runs it started to report
 # how they ended.
 FINAL_READ_S = 15.0
@@ -94,6 +95,9 @@ class RunReporter:
             say(token("QUEUE", "JOB_STARTED", job_id, f"run_id={run_id}"))
         elif name in DONE_EVENTS:
             self._done(job_id, str(data.get("status")))
+        elif name == "job:pending":
+            with self._lock:
+                self._running.pop(job_id, None)
 
     def _done(self, job_id: str, status: str) -> None:
         with self._lock:
