@@ -1,0 +1,418 @@
+"""002, the run queue (`002_*`), as its users run it: `runforge-cli` against a real API,
+with its daemon (a real jobforge worker) running a tiny run command. The design's
+commands and flags, exit codes 0/1/5/6, `[RF:…]` tokens, state names and daemon health
+rule; pause (running runs finish, no new run starts) and retry-failed."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.contracts.states import state_name
+from bench import harness
+from bench.harness import Proc
+from tests.conftest import PYTHON, Api, base_env, wait_until
+from worker.devserver import DevServer
+from worker.runforge import RUN_TYPE, pool_name
+from workflows.models import Job
+
+pytestmark = pytest.mark.usefixtures("session_worker")
+
+PREFIX = f"c002-{uuid.uuid4().hex[:8]}-"
+# The run command: it marks that the run started, waits for `release` in the workspace,
+# and fails while `fail-<run_id>` is there.
+RUN_COMMAND = textwrap.dedent(
+    """\
+    import json, sys, time
+    from pathlib import Path
+    params = json.loads(sys.argv[sys.argv.index("--params") + 1])
+    workspace, run_id = Path(params["workspace"]), params["run_id"]
+    (workspace / f"started-{run_id}").touch()
+    while not (workspace / "release").exists():
+        time.sleep(0.05)
+    print(json.dumps({"run_id": run_id}))
+    sys.exit(1 if (workspace / f"fail-{run_id}").exists() else 0)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def hub(start_api: Callable[..., Api]) -> Api:
+    """An API whose run queue only this module's daemons poll."""
+    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=PREFIX)
+
+
+@pytest.fixture(scope="module")
+def run_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("runforge") / "run.py"
+    path.write_text(RUN_COMMAND)
+    return path
+
+
+@pytest.fixture
+def env(temporal: DevServer, hub: Api, run_script: Path, tmp_path: Path) -> dict[str, str]:
+    """What runforge-cli and its daemon run with."""
+    return base_env(
+        temporal,
+        HUB_URL=hub.url,
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=PREFIX,
+        WORKER_RUN_WORKFLOWS="false",
+        RUNFORGE_RUN_COMMAND=f"{PYTHON} {run_script}",
+        SOLVER_CACHE_DIR=str(tmp_path / "solver-cache"),
+    )
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def group() -> str:
+    return f"grp_{uuid.uuid4().hex[:10]}_Test"
+
+
+def rf(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`runforge-cli <args>`."""
+    return subprocess.run(
+        [PYTHON, "-m", "worker.runforge_cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str], code: int = 0) -> str:
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    return done.stdout
+
+
+def one_error(done: subprocess.CompletedProcess[str], code: int) -> str:
+    """The one `error: ` line a failed command printed, having exited `code`."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def start_daemon(env: dict[str, str], tmp_path: Path) -> Iterator[Callable[[Path, int], Proc]]:
+    """Factory: `runforge-cli daemon`, returned once it printed its start token."""
+    started: list[Proc] = []
+
+    def start(workspace: Path, max_parallel: int) -> Proc:
+        argv = [PYTHON, "-m", "worker.runforge_cli", "daemon"]
+        argv += ["--workspace", str(workspace), "--max-parallel", str(max_parallel)]
+        proc = harness.spawn(argv, tmp_path / f"daemon-{len(started)}.log", env)
+        started.append(proc)
+        proc.wait_for("[RF:DAEMON=STARTED", timeout=60)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop(timeout=30)
+
+
+def enqueued(out: str) -> dict[str, str]:
+    """run id → job id, from the JOB_ENQUEUED tokens."""
+    found = re.findall(r"^\[RF:QUEUE=JOB_ENQUEUED (\S+) run_id=(\S+)\]$", out, re.M)
+    return {run_id: job_id for job_id, run_id in found}
+
+
+def run_lines(status: str) -> dict[str, dict[str, str]]:
+    """queue-status' run lines: job id → {run_id, state, priority, attempt}."""
+    rows = {}
+    for line in status.splitlines():
+        if line.startswith("  "):
+            job_id, *fields = line.split()
+            rows[job_id] = dict(field.split("=", 1) for field in fields)
+    return rows
+
+
+def group_line(status: str, group: str) -> str:
+    found = re.search(rf"^group {re.escape(group)}\b.*$", status, re.M)
+    assert found, status
+    return found.group(0)
+
+
+def daemon_line(status: str) -> str:
+    found = re.search(r"^daemon: .*$", status, re.M)
+    assert found, status
+    return found.group(0)
+
+
+def job_when(hub: Api, job_id: str, **wanted: Any) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        job = hub.job(job_id)
+        return job if all(job[key] == value for key, value in wanted.items()) else None
+
+    found: dict[str, Any] = wait_until(reached, timeout=60, what=f"job {job_id} with {wanted}")
+    return found
+
+
+def design_state(hub: Api, job_id: str) -> str:
+    """The job's state in the one table's 002 column (api/contracts/states.py)."""
+    return state_name(Job.model_validate(hub.job(job_id)), "002")
+
+
+def test_an_enqueued_run_is_queued_then_the_daemon_runs_it_and_status_says_so(
+    env: dict[str, str],
+    hub: Api,
+    workspace: Path,
+    group: str,
+    start_daemon: Callable[[Path, int], Proc],
+) -> None:
+    (workspace / "release").touch()
+    out = ok(
+        rf(env, "enqueue-run", "--run-id", "r-0001", "--workspace", str(workspace),
+           "--group-id", group, "--priority", "3")
+    )  # fmt: skip
+    job_id = enqueued(out)["r-0001"]
+    job = hub.job(job_id)
+    assert (job["type"], job["params"]) == (
+        RUN_TYPE,
+        {"run_id": "r-0001", "workspace": str(workspace)},
+    )
+    assert (job["group"], job["pool"], job["cost_units"], job["priority"]) == (
+        group,
+        pool_name(workspace),
+        1,
+        3,
+    )
+
+    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+    assert daemon_line(status) == "daemon: none (unhealthy)"
+    assert group_line(status, group) == f"group {group}: queued=1"
+    row = run_lines(status)[job_id]
+    assert (row["run_id"], row["state"], row["priority"]) == ("r-0001", "queued", "3")
+    assert row["state"] == design_state(hub, job_id)
+
+    daemon = start_daemon(workspace, 2)
+    assert f"[RF:DAEMON=STARTED pid={daemon.process.pid} max_parallel=2]" in daemon.output()
+    assert hub.http.get(f"/api/pools/{pool_name(workspace)}").json()["capacity"] == 2
+    job_when(hub, job_id, status="completed")
+    daemon.wait_for(f"[RF:QUEUE=JOB_STARTED {job_id} run_id=r-0001]")
+    daemon.wait_for(f"[RF:QUEUE=JOB_DONE {job_id} run_id=r-0001 status=succeeded]")
+
+    def healthy_status() -> str | None:
+        shown = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+        return shown if "(healthy)" in daemon_line(shown) else None
+
+    status = wait_until(healthy_status, timeout=30, what="the daemon to be listed healthy")
+    line = daemon_line(status)
+    assert line.startswith(f"daemon: running pid={daemon.process.pid} max_parallel=2 ")
+    assert run_lines(status)[job_id]["state"] == "succeeded" == design_state(hub, job_id)
+    assert group_line(status, group) == f"group {group}: succeeded=1"
+    # One daemon per workspace: a second one is refused while the first is healthy.
+    second = rf(env, "daemon", "--workspace", str(workspace))
+    assert one_error(second, 1).startswith(f"error: a daemon already serves {workspace} ")
+
+
+def test_the_daemon_stops_gracefully_on_sigterm_letting_its_running_run_finish(
+    env: dict[str, str],
+    hub: Api,
+    workspace: Path,
+    start_daemon: Callable[[Path, int], Proc],
+) -> None:
+    daemon = start_daemon(workspace, 1)
+    job_id = enqueued(ok(rf(env, "enqueue-run", "--run-id", "r-1", "--workspace", str(workspace))))[
+        "r-1"
+    ]
+    wait_until(lambda: (workspace / "started-r-1").exists(), timeout=60, what="the run to start")
+    daemon.wait_for(f"[RF:QUEUE=JOB_STARTED {job_id} run_id=r-1]")
+
+    daemon.process.send_signal(signal.SIGTERM)
+
+    def stopping_status() -> str | None:
+        shown = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+        return shown if daemon_line(shown).startswith("daemon: stopping") else None
+
+    status = wait_until(stopping_status, timeout=30, what="the daemon to be listed stopping")
+    assert "(unhealthy)" in daemon_line(status)
+    assert daemon.process.poll() is None  # its run holds it
+    (workspace / "release").touch()
+
+    assert daemon.process.wait(60) == 0
+    out = daemon.output()
+    assert f"[RF:QUEUE=JOB_DONE {job_id} run_id=r-1 status=succeeded]" in out
+    assert out.rstrip().endswith(f"[RF:DAEMON=STOPPED pid={daemon.process.pid}]")
+    assert hub.job(job_id)["status"] == "completed"
+    line = daemon_line(ok(rf(env, "queue-status", "--workspace", str(workspace))))
+    assert line.startswith(f"daemon: stopped pid={daemon.process.pid} ")
+    assert line.endswith("(unhealthy)")
+
+
+def test_pausing_a_group_stops_new_starts_while_its_running_runs_finish(
+    env: dict[str, str],
+    hub: Api,
+    workspace: Path,
+    group: str,
+    start_daemon: Callable[[Path, int], Proc],
+) -> None:
+    plan = workspace / "plan.json"
+    runs = [f"run-{n}" for n in range(4)]
+    plan.write_text(
+        json.dumps(
+            {"group_id": group, "workspace": str(workspace), "runs": [{"run_id": r} for r in runs]}
+        )
+    )
+    start_daemon(workspace, 2)
+    out = ok(rf(env, "sweep", "--plan", str(plan), "--enqueue"))
+    assert out.splitlines()[-1] == f"[RF:GROUP=ENQUEUED {group} runs=4]"
+    jobs = enqueued(out)
+    assert sorted(jobs) == runs
+
+    def two_started() -> list[str] | None:
+        started = [r for r in runs if (workspace / f"started-{r}").exists()]
+        return started if len(started) == 2 else None
+
+    running = wait_until(two_started, timeout=60, what="two runs to start")
+    assert ok(rf(env, "pause-group", "--group-id", group, "--workspace", str(workspace))) == (
+        f"[RF:GROUP=PAUSED {group}]\n"
+    )
+    (workspace / "release").touch()
+    for run_id in running:
+        job_when(hub, jobs[run_id], status="completed")
+    held = [r for r in runs if r not in running]
+    for run_id in held:
+        job_when(hub, jobs[run_id], status="pending", waiting_for="group_paused")
+    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+    assert group_line(status, group) == f"group {group} paused: queued=2 succeeded=2"
+    assert not [r for r in held if (workspace / f"started-{r}").exists()]
+
+    assert ok(rf(env, "resume-group", "--group-id", group, "--workspace", str(workspace))) == (
+        f"[RF:GROUP=RESUMED {group}]\n"
+    )
+    for run_id in held:
+        job_when(hub, jobs[run_id], status="completed")
+    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+    assert group_line(status, group) == f"group {group}: succeeded=4"
+
+
+def test_retry_failed_enqueues_a_groups_failed_runs_again(
+    env: dict[str, str],
+    hub: Api,
+    workspace: Path,
+    group: str,
+    start_daemon: Callable[[Path, int], Proc],
+) -> None:
+    (workspace / "release").touch()
+    (workspace / "fail-bad").touch()
+    plan = workspace / "plan.json"
+    plan.write_text(
+        json.dumps({"group_id": group, "runs": [{"run_id": "good"}, {"run_id": "bad"}]})
+    )
+    daemon = start_daemon(workspace, 2)
+    out = ok(rf(env, "enqueue-sweep", "--plan", str(plan), "--workspace", str(workspace)))
+    jobs = enqueued(out)
+    job_when(hub, jobs["good"], status="completed")
+    job_when(hub, jobs["bad"], status="quarantined")
+    daemon.wait_for(f"[RF:QUEUE=JOB_DONE {jobs['bad']} run_id=bad status=failed]")
+    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+    assert group_line(status, group) == f"group {group}: succeeded=1 failed=1"
+    assert run_lines(status)[jobs["bad"]]["state"] == "failed" == design_state(hub, jobs["bad"])
+
+    (workspace / "fail-bad").unlink()
+    out = ok(rf(env, "retry-failed", "--group-id", group, "--workspace", str(workspace)))
+    assert out.splitlines() == [
+        f"[RF:QUEUE=JOB_ENQUEUED {jobs['bad']} retry=true]",
+        f"[RF:GROUP=ENQUEUED {group} runs=1]",
+    ]
+    job = job_when(hub, jobs["bad"], status="completed")
+    assert job["attempts"] == 2
+    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+    assert group_line(status, group) == f"group {group}: succeeded=2"
+    assert run_lines(status)[jobs["bad"]]["attempt"] == "2"
+
+
+def test_cancel_group_cancels_its_queued_runs_and_exits_5(
+    env: dict[str, str], hub: Api, workspace: Path, group: str
+) -> None:
+    # No daemon: the runs stay queued.
+    ids = [
+        enqueued(
+            ok(rf(env, "enqueue-run", "--run-id", run_id, "--workspace", str(workspace),
+                  "--group-id", group))
+        )[run_id]
+        for run_id in ("c-1", "c-2")
+    ]  # fmt: skip
+
+    done = rf(env, "cancel-group", "--group-id", group, "--workspace", str(workspace))
+
+    assert ok(done, 5) == f"[RF:GROUP=CANCELED {group} runs=2]\n"
+    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+    assert group_line(status, group) == f"group {group}: canceled=2"
+    for job_id in ids:
+        assert run_lines(status)[job_id]["state"] == "canceled" == design_state(hub, job_id)
+
+
+@pytest.mark.parametrize(
+    ("plan", "error"),
+    [
+        ("{not json", "not JSON: "),
+        ('{"runs": [{"run_id": "a"}]}', "group_id: Field required"),
+        ('{"group_id": "g", "runs": []}', "runs: List should have at least 1 item"),
+        (
+            '{"group_id": "g", "runs": [{"run_id": "a"}, {"run_id": "b", "gpu": 1}]}',
+            "runs.1.gpu: Extra inputs are not permitted",
+        ),
+        (
+            '{"group_id": "g", "runs": [{"run_id": "a"}, {"run_id": "a"}]}',
+            "runs.1.run_id: 'a' appears twice",
+        ),
+        ('{"group_id": "g", "runs": [{"run_id": "a"}]}', "workspace: not in the plan"),
+    ],
+)
+def test_an_invalid_plan_exits_6_with_its_first_error_and_enqueues_nothing(
+    env: dict[str, str], hub: Api, tmp_path: Path, group: str, plan: str, error: str
+) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(plan.replace('"g"', json.dumps(group)))
+
+    line = one_error(rf(env, "sweep", "--plan", str(path), "--enqueue"), 6)
+
+    assert line.startswith(f"error: invalid plan {path}: {error}"), line
+    assert hub.http.get(f"/api/groups/{group}").status_code == 404
+
+
+def test_the_console_script_exists_and_bad_input_is_one_error_line_and_exit_1(
+    env: dict[str, str], tmp_path: Path, workspace: Path
+) -> None:
+    script = Path(sys.executable).with_name("runforge-cli")
+    missing = subprocess.run(
+        [str(script), "enqueue-sweep", "--plan", str(tmp_path / "none.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert one_error(missing, 6).startswith(f"error: invalid plan {tmp_path / 'none.json'}: ")
+
+    bad_run = rf(env, "enqueue-run", "--run-id", "a b", "--workspace", str(workspace))
+    assert one_error(bad_run, 1).startswith("error: --run-id: String should match pattern")
+    assert one_error(rf(env, "enqueue-run", "--workspace", str(workspace)), 1) == (
+        "error: Missing option '--run-id'."
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"group_id": "g", "runs": [{"run_id": "a"}]}))
+    assert "direct mode is not served" in one_error(rf(env, "sweep", "--plan", str(plan)), 1)
+    unreachable = {**env, "HUB_URL": "http://127.0.0.1:9"}
+    line = one_error(rf(unreachable, "queue-status", "--workspace", str(workspace)), 1)
+    assert line.startswith("error: cannot reach http://127.0.0.1:9")
+    no_command = {k: v for k, v in env.items() if k != "RUNFORGE_RUN_COMMAND"}
+    assert one_error(rf(no_command, "daemon", "--workspace", str(workspace)), 1) == (
+        "error: RUNFORGE_RUN_COMMAND is not set: the command each run starts"
+    )
