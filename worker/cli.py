@@ -94,8 +94,7 @@ def agent(
             metavar="FILE",
             exists=True,
             dir_okay=False,
-            help="Read settings from this file too (docs/agent.env.example); "
-            "the environment wins.",
+            help="Read settings from this file too (docs/agent.env.example); the environment wins.",
         ),
     ] = None,
 ) -> None:
