@@ -42,6 +42,8 @@ class RunnerConfig:
     slots: asyncio.Semaphore | None = None
     # Where each attempt's output is written as it comes (docs/api.md, logs).
     logs: LogSettings | None = None
+    # Its node name (WORKER_HOST), recorded on the job as `host`.
+    host: str | None = None
 
 
 class DelayedReport:
@@ -198,12 +200,17 @@ class Attempt:
                 log_tail=run.stderr_tail or None,
                 claimed_at=self._claimed_at,
                 started_at=self._started_at,
+                host=self._config.host,
             )
             raise ApplicationError(
                 err.message, details, type=err.type, non_retryable=err.non_retryable
             ) from None
         return result.model_copy(
-            update={"claimed_at": self._claimed_at, "started_at": self._started_at}
+            update={
+                "claimed_at": self._claimed_at,
+                "started_at": self._started_at,
+                "host": self._config.host,
+            }
         )
 
     async def _report(self, phase: Literal["assigned", "running"]) -> None:
@@ -213,6 +220,7 @@ class Attempt:
             phase=phase,
             claimed_at=self._claimed_at,
             started_at=self._started_at or None,
+            host=self._config.host,
         )
         await self._handle.signal(REPORT_SIGNAL, report)
 
@@ -223,6 +231,7 @@ class Attempt:
             worker_id=self._config.worker_id,
             phase="assigned",
             claimed_at=self._claimed_at,
+            host=self._config.host,
         )
         granted: bool = await self._handle.execute_update(CLAIM_UPDATE, report, result_type=bool)
         return granted

@@ -18,7 +18,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -115,14 +115,18 @@ class Bridge:
         types: list[str] | None,
         wait_s: float,
         gone: Callable[[], Awaitable[bool]] | None = None,
+        hosts: Sequence[str] = (),
+        host: str | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
         `gone` tells whether the claimer hung up; a task is then passed on, not lost.
+        `hosts`: the host ids whose pinned jobs it takes too (their queues are polled
+        beside the shared ones); `host`: its node name, recorded on the job.
         """
         deadline = time.monotonic() + wait_s
         while True:
-            queues = await self._queues(types)
+            queues = await self._queues(types, hosts)
             remaining = deadline - time.monotonic()
             delivery = await self._wait_for_task(worker_id, queues, max(remaining, 0.0), types)
             if delivery is None:
@@ -132,13 +136,15 @@ class Bridge:
             if gone is not None and await gone():
                 self._deliver(delivery)
                 return None
-            claimed = await self._hand_over(worker_id, delivery.task)
+            claimed = await self._hand_over(worker_id, delivery.task, host or worker_id)
             if claimed is not None:
                 return claimed
 
-    async def _queues(self, types: list[str] | None) -> list[str]:
+    async def _queues(self, types: list[str] | None, hosts: Sequence[str]) -> list[str]:
+        """Each type's shared queue, after its host queues (a held pinned task first)."""
         names = types if types else await self._jobs.known_types()
-        return [self._temporal.activity_queue(t) for t in names]
+        pinned = [self._temporal.host_queue(t, host) for t in names for host in hosts]
+        return [*pinned, *(self._temporal.activity_queue(t) for t in names)]
 
     async def _wait_for_task(
         self, worker_id: str, queues: list[str], wait_s: float, types: list[str] | None
@@ -219,14 +225,18 @@ class Bridge:
             )
 
     async def _hand_over(
-        self, worker_id: str, task: PollActivityTaskQueueResponse
+        self, worker_id: str, task: PollActivityTaskQueueResponse, host: str
     ) -> ClaimedJob | None:
         """Record the claim in the job's workflow; None if the job no longer wants it."""
         (inp,) = await self._client.data_converter.decode(task.input.payloads, [AttemptInput])
         assert isinstance(inp, AttemptInput)
         claimed_at = now_ms()
         report = AttemptReport(
-            attempt=inp.attempt, worker_id=worker_id, phase="assigned", claimed_at=claimed_at
+            attempt=inp.attempt,
+            worker_id=worker_id,
+            phase="assigned",
+            claimed_at=claimed_at,
+            host=host,
         )
         workflow = self._client.get_workflow_handle(inp.job_id)
         try:
@@ -295,6 +305,7 @@ class Bridge:
                     phase="running",
                     claimed_at=job.claimed_at or now_ms(),
                     started_at=now_ms(),
+                    host=job.host,
                 )
                 await self._client.get_workflow_handle(job.id).signal(REPORT_SIGNAL, report)
             await handle.heartbeat(*([_stamped(progress)] if progress is not None else []))

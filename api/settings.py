@@ -8,6 +8,7 @@ import secrets
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engine.hosts import HostSettings
 from workflows.gate_models import GateSettings
 from workflows.models import COST_UNITS_LIMIT
 
@@ -69,6 +70,8 @@ class ApiSettings(BaseSettings):
     job_cancel_wait_s: float = Field(
         default=300.0, ge=1, le=7 * 24 * 3600.0, validation_alias="JOB_CANCEL_WAIT_S"
     )
+    # AVAILABLE_HOSTS: the hosts a job may be pinned to and a worker may serve as.
+    hosts: HostSettings = Field(default_factory=HostSettings, exclude=True)
 
     @field_validator("priority_thresholds")
     @classmethod

@@ -63,6 +63,11 @@ class TemporalSettings(BaseSettings):
         """The task queue one job type's attempts run on."""
         return f"{self.activity_queue_prefix}{job_type}"
 
+    def host_queue(self, job_type: str, host: str) -> str:
+        """The task queue of one job type's attempts pinned to one host (a type never
+        holds `@`, so the name is unambiguous)."""
+        return f"{self.activity_queue(job_type)}@{host}"
+
     def tls_config(self) -> TLSConfig | bool:
         """What the client's `tls` option gets: a TLSConfig built from the files (read
         now), True for TLS with the system's roots, or False for plaintext."""

@@ -149,6 +149,7 @@ class Agent:
                 "cores": s.cores,
                 "ram_gb": s.ram_gb,
                 "tags": s.tags,
+                "host": s.host,
             },
         )
         if response.status_code != 204:
@@ -175,7 +176,11 @@ class Agent:
 
     async def _loop(self, stop: asyncio.Event) -> None:
         s = self._settings
-        body: dict[str, Any] = {"worker_id": self._worker.node_id, "wait": s.claim_wait_s}
+        body: dict[str, Any] = {
+            "worker_id": self._worker.node_id,
+            "host": self._worker.host,
+            "wait": s.claim_wait_s,
+        }
         if self._worker.types:
             body["types"] = self._worker.types
         while not stop.is_set():

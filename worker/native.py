@@ -17,10 +17,12 @@ from activities.attempt import JobActivities, RunnerConfig
 from engine.clock import now_ms
 from engine.connection import TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_telemetry
+from engine.hosts import HostSettings
 from engine.log_store import LogSettings
 from engine.tracing import start_tracing
 from worker.host_telemetry import HostSampler
 from worker.settings import SolverSettings, WorkerSettings
+from workflows.errors import HostNotAvailable
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import WorkerInfo
@@ -66,7 +68,10 @@ class NativeWorker:
         temporal: TemporalSettings,
         settings: WorkerSettings,
         solver: SolverSettings,
+        hosts: HostSettings | None = None,
     ) -> None:
+        # The host ids whose pinned jobs it runs too (docs/workers.md, "Host pinning").
+        self._hosts = (hosts or HostSettings()).served(settings.node_id, settings.host)
         self._client = client
         self._temporal = temporal
         self._settings = settings
@@ -76,6 +81,7 @@ class NativeWorker:
             limits=solver.limits,
             slots=asyncio.Semaphore(settings.cores),
             logs=LogSettings(),
+            host=settings.host,
         )
         self._activities = JobActivities(client, config)
         self._host = HostSampler(solver.cache_dir, lambda: self._activities.running)
@@ -83,12 +89,21 @@ class NativeWorker:
         self._workers: dict[str, Worker] = {}
 
     def serve_type(self, job_type: str) -> None:
-        """Start polling one job type's task queue (idempotent)."""
+        """Start polling one job type's task queue and its host queues (idempotent)."""
         if job_type in self._workers:
             return
-        worker = Worker(
+        self._add(job_type, self._activity_worker(self._temporal.activity_queue(job_type)))
+        for host in self._hosts:
+            queue = self._temporal.host_queue(job_type, host)
+            self._add(queue, self._activity_worker(queue))
+        log.info("serving job type %s", job_type)
+
+    def _activity_worker(self, task_queue: str) -> Worker:
+        """A worker running attempts from one task queue (all share the WORKER_CORES
+        slots of the runner)."""
+        return Worker(
             self._client,
-            task_queue=self._temporal.activity_queue(job_type),
+            task_queue=task_queue,
             activities=[self._activities.run_job],
             max_concurrent_activities=self._settings.cores,
             max_concurrent_activity_task_polls=1,
@@ -100,8 +115,6 @@ class NativeWorker:
             ),
             identity=self._settings.node_id,
         )
-        self._add(job_type, worker)
-        log.info("serving job type %s", job_type)
 
     def _add(self, key: str, worker: Worker) -> None:
         self._workers[key] = worker
@@ -150,6 +163,7 @@ class NativeWorker:
             ram_gb=settings.ram_gb,
             tags=settings.tags,
             kind="native",
+            host=settings.host,
         )
         registered = False
         while not stop.is_set():
@@ -219,5 +233,8 @@ async def serve(
     quiet_attempt_failures()
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
     start_tracing("jobforge-worker")
+    hosts = HostSettings()
+    if not hosts.allows_worker(settings.node_id, settings.host):
+        raise SystemExit(HostNotAvailable(settings.node_id, settings.host).message)
     client = await connect(temporal, identity=settings.node_id, runtime=runtime)
-    await NativeWorker(client, temporal, settings, solver).run(stop)
+    await NativeWorker(client, temporal, settings, solver, hosts).run(stop)

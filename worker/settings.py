@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from activities.solver import SolverLimits, SolverSource, split_command
 from activities.solver_cache import FetchLimits, SolverCache
 from engine.solver_urls import SolverUrlSettings
+from workflows.models import HOST_PATTERN
 
 
 def _default_node_id() -> str:
@@ -116,6 +117,8 @@ class WorkerSettings(BaseSettings):
         default_factory=_default_node_id,
         validation_alias="NODE_ID",
     )
+    # WORKER_HOST: its node name, the second host id it serves under (docs/workers.md).
+    host: str = Field(default_factory=socket.gethostname, pattern=HOST_PATTERN)
 
     @field_validator("types", "tags", mode="before")
     @classmethod
