@@ -60,6 +60,12 @@ with it.
        ``wait_settled`` waits for); ``check_pools_idle(pools)``: every pool's ``in_use``
        is 0 (``wait_pools_idle`` waits for it).
 
+Host pinning invariant (tests/test_faults_processes.py)
+    H  ``check_pinned(jobs, {host: {worker_id, ...}})``: every ``assigned`` transition
+       of a job with ``require_host`` is by one of that host's workers, and a completed
+       one reads that ``host``. Its edges: pending->pending with reason
+       ``preferred_host_timeout``, pending->failed with ``host_unavailable`` (terminal).
+
 Job-control invariants (tests/test_faults_job_control.py)
     K  ``check_stop_outcomes(jobs, answers, tags)``: each job asked to stop ends as the
        answer to its stop allows (``STOP_ALLOWS``: 202 ``stop_requested`` -> stopped or
