@@ -211,6 +211,18 @@ def test_an_invalid_host_field_is_a_422_naming_it(
     assert response.json()["detail"][0]["field"] == field
 
 
+@pytest.mark.usefixtures("session_worker")
+def test_a_pinned_job_submitted_twice_with_one_key_is_one_job(api: Api, job_type: str) -> None:
+    body = {"type": job_type, "require_host": host("host-z"), "require_host_wait_ms": 1000}
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    first = api.http.post("/api/jobs", json=body, headers=key)
+    again = api.http.post("/api/jobs", json=body, headers=key)
+    other = api.http.post("/api/jobs", json={**body, "require_host": "elsewhere"}, headers=key)
+    assert (first.status_code, again.status_code, other.status_code) == (201, 201, 409)
+    assert first.json()["id"] == again.json()["id"]
+    assert api.wait_status(first.json()["id"], "failed")["fail_reason"] == "host_unavailable"
+
+
 def test_available_hosts_refuses_other_hosts_with_403_and_unlisted_pins_with_422(
     start_api: Callable[..., Api], job_type: str
 ) -> None:

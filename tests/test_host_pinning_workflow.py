@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
-from tests.workflow_harness import Harness, JobHandle, running_harness, statuses
+from tests.workflow_harness import Harness, JobHandle, now_ms, running_harness, statuses
 from worker.devserver import DevServer
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateSettings
@@ -142,6 +142,22 @@ async def test_a_grouped_job_whose_required_host_never_comes_gives_its_lease_bac
         return view is not None and view.in_use == 0
 
     await wait_until_async(free, timeout=10, what="the group's lease back")
+
+
+async def test_a_deadline_before_the_preferred_hosts_wait_ends_fails_the_job_deadline(
+    harness: Harness,
+) -> None:
+    spec = JobSpec(
+        type="in-process",
+        preferred_host="host-b",
+        preferred_host_wait_ms=60_000,
+        deadline_at=now_ms() + 1500,
+    )
+    handle = await harness.submit(spec=spec, preferred_task_queue=host_queue(harness, "host-b"))
+    assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
+    job = await harness.job(handle)
+    assert (job.fail_reason, statuses(job)) == (ErrorType.DEADLINE_EXCEEDED, ["pending", "failed"])
+    assert harness.stand_in.started == []
 
 
 async def test_an_unpinned_job_records_no_host_marker(harness: Harness) -> None:
