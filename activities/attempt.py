@@ -46,6 +46,8 @@ class RunnerConfig:
     logs: LogSettings | None = None
     # Container jobs run with this runtime (CONTAINER_RUNTIME); None: not on this worker.
     containers: ContainerRuntime | None = None
+    # Its node name (WORKER_HOST), recorded on the job as `host`.
+    host: str | None = None
 
 
 class DelayedReport:
@@ -206,12 +208,17 @@ class Attempt:
                 log_tail=run.stderr_tail or None,
                 claimed_at=self._claimed_at,
                 started_at=self._started_at,
+                host=self._config.host,
             )
             raise ApplicationError(
                 err.message, details, type=err.type, non_retryable=err.non_retryable
             ) from None
         return result.model_copy(
-            update={"claimed_at": self._claimed_at, "started_at": self._started_at}
+            update={
+                "claimed_at": self._claimed_at,
+                "started_at": self._started_at,
+                "host": self._config.host,
+            }
         )
 
     async def _execute(self, argv: list[str], log: AttemptLog | None) -> SolverRun:
@@ -246,6 +253,7 @@ class Attempt:
             phase=phase,
             claimed_at=self._claimed_at,
             started_at=self._started_at or None,
+            host=self._config.host,
         )
         await self._handle.signal(REPORT_SIGNAL, report)
 
@@ -256,6 +264,7 @@ class Attempt:
             worker_id=self._config.worker_id,
             phase="assigned",
             claimed_at=self._claimed_at,
+            host=self._config.host,
         )
         granted: bool = await self._handle.execute_update(CLAIM_UPDATE, report, result_type=bool)
         return granted

@@ -18,7 +18,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -116,16 +116,20 @@ class Bridge:
         wait_s: float,
         gone: Callable[[], Awaitable[bool]] | None = None,
         container_types: list[str] | None = None,
+        hosts: Sequence[str] = (),
+        host: str | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
         `gone` tells whether the claimer hung up; a task is then passed on, not lost.
         `container_types`: the claimer also runs container jobs of these types (empty:
-        of every type it claims); None: no container jobs.
+        of every type it claims); None: no container jobs. `hosts`: the host ids whose
+        pinned jobs it takes too (their queues are polled beside the shared ones);
+        `host`: its node name, recorded on the job.
         """
         deadline = time.monotonic() + wait_s
         while True:
-            queues = await self._queues(types, container_types)
+            queues = await self._queues(types, hosts, container_types)
             remaining = deadline - time.monotonic()
             delivery = await self._wait_for_task(worker_id, queues, max(remaining, 0.0), types)
             if delivery is None:
@@ -135,17 +139,27 @@ class Bridge:
             if gone is not None and await gone():
                 self._deliver(delivery)
                 return None
-            claimed = await self._hand_over(worker_id, delivery.task)
+            claimed = await self._hand_over(worker_id, delivery.task, host or worker_id)
             if claimed is not None:
                 return claimed
 
     async def _queues(
-        self, types: list[str] | None, container_types: list[str] | None = None
+        self,
+        types: list[str] | None,
+        hosts: Sequence[str],
+        container_types: list[str] | None = None,
     ) -> list[str]:
+        """Each type's shared queue, after its host queues (a held pinned task first);
+        and for a claimer that runs containers, the same for its container types."""
         names = types if types else await self._jobs.known_types()
-        queues = [self._temporal.activity_queue(t) for t in names]
+        queue = self._temporal.activity_queue
+        pinned = self._temporal.host_queue
+        queues = [pinned(t, host) for t in names for host in hosts]
+        queues += [queue(t) for t in names]
         if container_types is not None:
-            queues += [self._temporal.container_queue(t) for t in container_types or names]
+            boxed = container_types or names
+            queues += [pinned(t, host, container=True) for t in boxed for host in hosts]
+            queues += [queue(t, container=True) for t in boxed]
         return queues
 
     async def _wait_for_task(
@@ -227,14 +241,18 @@ class Bridge:
             )
 
     async def _hand_over(
-        self, worker_id: str, task: PollActivityTaskQueueResponse
+        self, worker_id: str, task: PollActivityTaskQueueResponse, host: str
     ) -> ClaimedJob | None:
         """Record the claim in the job's workflow; None if the job no longer wants it."""
         (inp,) = await self._client.data_converter.decode(task.input.payloads, [AttemptInput])
         assert isinstance(inp, AttemptInput)
         claimed_at = now_ms()
         report = AttemptReport(
-            attempt=inp.attempt, worker_id=worker_id, phase="assigned", claimed_at=claimed_at
+            attempt=inp.attempt,
+            worker_id=worker_id,
+            phase="assigned",
+            claimed_at=claimed_at,
+            host=host,
         )
         workflow = self._client.get_workflow_handle(inp.job_id)
         try:
@@ -310,6 +328,7 @@ class Bridge:
                     phase="running",
                     claimed_at=job.claimed_at or now_ms(),
                     started_at=now_ms(),
+                    host=job.host,
                 )
                 await self._client.get_workflow_handle(job.id).signal(REPORT_SIGNAL, report)
             await handle.heartbeat(*([_stamped(progress)] if progress is not None else []))

@@ -17,6 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import (
     GroupNotFound,
+    HostNotAvailable,
     InvalidField,
     JobConflict,
     JobforgeError,
@@ -47,6 +48,7 @@ STATUS: dict[type[JobforgeError], int] = {
     WorkerNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,
+    HostNotAvailable: 403,
     TemporalUnavailable: 503,
     TemporalCallFailed: 502,
 }

@@ -49,7 +49,11 @@ EVENT_NAMES = {
     JobStatus.STOPPED: "job:stopped",
 }
 # A `failed` transition with one of these reasons ends the job.
-FINAL_FAILED_REASONS = (ErrorType.CANCELLED.value, ErrorType.DEADLINE_EXCEEDED.value)
+FINAL_FAILED_REASONS = (
+    ErrorType.CANCELLED.value,
+    ErrorType.DEADLINE_EXCEEDED.value,
+    ErrorType.HOST_UNAVAILABLE.value,
+)
 
 PROGRESS_EVENT = "job:progress"
 # Jobs whose attempt's solver runs (a stop_requested one runs until it is killed).

@@ -135,6 +135,7 @@ class JobService:
             )
             if problem is not None:
                 raise InvalidField(*problem)
+        queue, preferred_queue = self._queues(spec)
         job_id = job_id_for_key(idempotency_key) if idempotency_key else uuid.uuid4().hex
         created = now_ms()
         if spec.deadline_at is not None and spec.deadline_at <= created:
@@ -160,9 +161,8 @@ class JobService:
             spec=spec,
             created_at=created,
             priority_key=priority_key(spec.priority, self._settings.thresholds),
-            activity_task_queue=self._temporal.container_queue(spec.type)
-            if spec.container is not None
-            else self._temporal.activity_queue(spec.type),
+            activity_task_queue=queue,
+            preferred_task_queue=preferred_queue,
             heartbeat_timeout_ms=spec.heartbeat_timeout_ms
             or int(self._settings.heartbeat_timeout_s * 1000),
             requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
@@ -209,6 +209,24 @@ class JobService:
                 )
             return existing
         return job
+
+    def _queues(self, spec: JobSpec) -> tuple[str, str | None]:
+        """A job's attempt queue, and a preferred host's queue that comes before it
+        (docs/workers.md, "Host pinning"): a required host's queue is its only one;
+        a container job's are the container queues ("Containers")."""
+        # A container job's queues are the container ones: only workers with a
+        # container runtime poll them.
+        container = spec.container is not None
+        shared = self._temporal.activity_queue(spec.type, container=container)
+        for field in ("require_host", "preferred_host"):
+            host: str | None = getattr(spec, field)
+            if host is None:
+                continue
+            if not self._settings.hosts.allows(host):
+                raise InvalidField(field, f"{host!r} is not in AVAILABLE_HOSTS")
+            pinned = self._temporal.host_queue(spec.type, host, container=container)
+            return (pinned, None) if field == "require_host" else (shared, pinned)
+        return shared, None
 
     async def known_types(self) -> list[str]:
         """Every job type submitted so far (the registry's memo, cached for a second)."""

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from engine.hosts import HostSettings
 from workflows.container_models import split_list
 from workflows.gate_models import GateSettings
 from workflows.models import COST_UNITS_LIMIT
@@ -71,6 +72,8 @@ class ApiSettings(BaseSettings):
     job_cancel_wait_s: float = Field(
         default=300.0, ge=1, le=7 * 24 * 3600.0, validation_alias="JOB_CANCEL_WAIT_S"
     )
+    # AVAILABLE_HOSTS: the hosts a job may be pinned to and a worker may serve as.
+    hosts: HostSettings = Field(default_factory=HostSettings, exclude=True)
 
     # Container jobs (docs/workers.md, Containers): a volume's source must lie under one
     # of these prefixes (none: no volumes); with globs set, the image must match one.

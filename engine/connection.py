@@ -21,7 +21,7 @@ def _env(name: str, standard: str) -> AliasChoices:
     return AliasChoices(f"TEMPORAL_{name}", f"TEMPORAL_{standard}")
 
 
-CONTAINER_QUEUE_SUFFIX = "@container"
+CONTAINER_QUEUE_SUFFIX = "#container"
 
 
 class TemporalSettings(BaseSettings):
@@ -62,14 +62,22 @@ class TemporalSettings(BaseSettings):
             raise ValueError("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together (mTLS)")
         return self
 
-    def activity_queue(self, job_type: str) -> str:
-        """The task queue one job type's attempts run on."""
-        return f"{self.activity_queue_prefix}{job_type}"
+    def activity_queue(self, job_type: str, *, container: bool = False) -> str:
+        """The task queue one job type's attempts run on; with `container`, its
+        container jobs' (polled only by workers with a container runtime)."""
+        name = f"{self.activity_queue_prefix}{job_type}"
+        return f"{name}{CONTAINER_QUEUE_SUFFIX}" if container else name
 
     def container_queue(self, job_type: str) -> str:
-        """The task queue one job type's container jobs run on: polled only by workers
-        with a container runtime (a type name never holds `@`)."""
-        return f"{self.activity_queue(job_type)}{CONTAINER_QUEUE_SUFFIX}"
+        """The task queue one job type's container jobs run on."""
+        return self.activity_queue(job_type, container=True)
+
+    def host_queue(self, job_type: str, host: str, *, container: bool = False) -> str:
+        """The task queue of one job type's attempts pinned to one host (a type never
+        holds `@`, a host id never `#`: the names are unambiguous); with `container`,
+        its pinned container jobs'."""
+        name = f"{self.activity_queue(job_type)}@{host}"
+        return f"{name}{CONTAINER_QUEUE_SUFFIX}" if container else name
 
     def tls_config(self) -> TLSConfig | bool:
         """What the client's `tls` option gets: a TLSConfig built from the files (read

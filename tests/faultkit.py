@@ -60,6 +60,12 @@ with it.
        ``wait_settled`` waits for); ``check_pools_idle(pools)``: every pool's ``in_use``
        is 0 (``wait_pools_idle`` waits for it).
 
+Host pinning invariant (tests/test_faults_processes.py)
+    H  ``check_pinned(jobs, {host: {worker_id, ...}})``: every ``assigned`` transition
+       of a job with ``require_host`` is by one of that host's workers, and a completed
+       one reads that ``host``. Its edges: pending->pending with reason
+       ``preferred_host_timeout``, pending->failed with ``host_unavailable`` (terminal).
+
 Job-control invariants (tests/test_faults_job_control.py)
     K  ``check_stop_outcomes(jobs, answers, tags)``: each job asked to stop ends as the
        answer to its stop allows (``STOP_ALLOWS``: 202 ``stop_requested`` -> stopped or
@@ -208,6 +214,12 @@ STOP_EDGES: set[tuple[str, str]] = {
     ("stop_requested", "failed"),
     ("failed", "stopped"),
 }
+# Host pinning: a preferred host's job goes to the shared queue (same status, its own
+# reason); a required host's job whose host never came ends failed.
+HOST_EDGES: dict[tuple[str, str], str] = {
+    ("pending", "pending"): "preferred_host_timeout",
+    ("pending", "failed"): "host_unavailable",
+}
 # A quarantined job of a group or a target re-queued (retry-failed, target resume).
 REQUEUE_EDGES: set[tuple[str, str]] = {("quarantined", "pending"), ("stopped", "pending")}
 EVENT_STATUS = {
@@ -227,7 +239,8 @@ def is_terminal(job: dict[str, Any]) -> bool:
     """completed, quarantined, stopped, or failed by a cancel or a deadline."""
     status = job["status"]
     return status in ("completed", "quarantined", "stopped") or (
-        status == "failed" and job.get("fail_reason") in ("cancelled", "deadline_exceeded")
+        status == "failed"
+        and job.get("fail_reason") in ("cancelled", "deadline_exceeded", "host_unavailable")
     )
 
 
@@ -249,6 +262,8 @@ def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> lis
         if (a, b) in CANCEL_EDGES and reason == "cancelled":
             continue
         if (a, b) in REQUEUE_EDGES and reason == "requeued":
+            continue
+        if HOST_EDGES.get((a, b)) == reason:
             continue
         problems.append(f"{job_id}: edge {a}->{b} ({reason}) in {[s for _, s, _ in steps]}")
     return problems
@@ -735,6 +750,30 @@ def assert_invariants(
         problems += check_events(events, jobs)
     assert not problems, f"{len(problems)} invariant violations:\n" + "\n".join(problems[:50])
     return jobs
+
+
+# -- H ---------------------------------------------------------------------------------
+
+
+def check_pinned(jobs: dict[str, dict[str, Any]], hosts: dict[str, set[str]]) -> list[str]:
+    """Every claim (`assigned` transition) of a job with `require_host` was made by a
+    worker serving under that host (`hosts`: host id -> its worker ids), and the job
+    reads that host as `host` once it has run."""
+    problems = []
+    for job_id, job in jobs.items():
+        host = job.get("require_host")
+        if host is None:
+            continue
+        allowed = hosts.get(host, set())
+        claimers = [s.get("worker_id") for s in _steps(job) if s["status"] == "assigned"]
+        problems += [
+            f"{job_id}: pinned to {host}, claimed by {worker}"
+            for worker in claimers
+            if worker not in allowed
+        ]
+        if job["status"] == "completed" and job.get("host") not in (host, *allowed):
+            problems.append(f"{job_id}: pinned to {host}, ran on host {job.get('host')}")
+    return problems
 
 
 def submit_retrying(

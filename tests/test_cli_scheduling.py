@@ -89,6 +89,21 @@ def test_submit_with_scheduling_options_shows_them_in_get_and_show(api: Api, nam
     assert field_line(shown_job, "Waiting for") == "start_time"
 
 
+def test_submit_with_a_required_host_shows_it_and_waits_for_the_host(api: Api, name: str) -> None:
+    args = ("submit", REGISTERED_TYPE, "--require-host", name, "--host-wait-ms", "600000")
+    job_id = ok(jobforge(api.url, *args)).strip()
+    job_when(api, job_id, waiting_for="host")
+
+    job = json.loads(ok(jobforge(api.url, "get", job_id)))
+    shown_job = ok(jobforge(api.url, "show", job_id))
+    ok(jobforge(api.url, "cancel", job_id))
+
+    assert (job["require_host"], job["require_host_wait_ms"]) == (name, 600_000)
+    assert job["preferred_host"] is None
+    assert field_line(shown_job, "Require host") == name
+    assert field_line(shown_job, "Waiting for") == "host"
+
+
 def test_a_plain_jobs_show_has_no_scheduling_lines(api: Api) -> None:
     job_id = api.submit(type=REGISTERED_TYPE)
     api.wait_status(job_id, "completed")

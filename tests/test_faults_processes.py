@@ -33,9 +33,11 @@ def _submit_all(
     n: int,
     *,
     max_attempts: int = 3,
+    spec: dict[str, Any] | None = None,
     **kw: Any,
 ):
-    """Submit n jobs of the solver double; return (ids, tags by id).
+    """Submit n jobs of the solver double (with the fields of `spec`); return (ids,
+    tags by id).
 
     `max_attempts` above the faults a job can meet, so that every job must complete.
     """
@@ -43,7 +45,8 @@ def _submit_all(
     for i in range(n):
         tag = f"j{i}-{uuid.uuid4().hex[:6]}"
         params = faultkit.run_params(tag, log, **kw)
-        job_id = api.submit(**solver.spec(job_type, params=params, max_attempts=max_attempts))
+        fields = {"params": params, "max_attempts": max_attempts, **(spec or {})}
+        job_id = api.submit(**solver.spec(job_type, **fields))
         tags[job_id] = tag
     return list(tags), tags
 
@@ -122,6 +125,69 @@ def test_killed_native_workers_lose_nothing(
         workers[name].kill()
         workers[name] = start(name)
     faultkit.assert_invariants(stack.api.http, ids, tags, log, timeout=faultkit.scale(150, 600))
+    assert not faultkit.check_quiet(solver.path, caches.values(), timeout=20)
+
+
+@pytest.mark.slow(30)
+@pytest.mark.timeout(900 if faultkit.FULL else 300)
+def test_a_killed_pinned_hosts_worker_gets_its_jobs_back_and_no_other_host_does(
+    start_stack: Callable[..., Stack],
+    job_type: str,
+    tmp_path: Path,
+) -> None:
+    n = faultkit.scale(6, 40)
+    solver = faultkit.write_solver(tmp_path / "bin")
+    log = tmp_path / "runs.log"
+    stack = start_stack(JOB_HEARTBEAT_TIMEOUT_S="3")
+    host_b = f"host-b-{uuid.uuid4().hex[:6]}"
+    caches = {name: tmp_path / f"cache-{name}" for name in ("native-a", "native-b")}
+    stack.worker(
+        job_type,
+        "native-a",
+        WORKER_CORES="3",
+        WORKER_HOST=f"host-a-{uuid.uuid4().hex[:6]}",
+        SOLVER_CACHE_DIR=str(caches["native-a"]),
+    )
+
+    def start_b() -> Proc:
+        return stack.worker(
+            job_type,
+            "native-b",
+            WORKER_CORES="2",
+            WORKER_HOST=host_b,
+            SOLVER_CACHE_DIR=str(caches["native-b"]),
+        )
+
+    worker_b = start_b()
+    pinned, tags = _submit_all(
+        stack.api, solver, job_type, log, n, sleep_s=1.0, spec={"require_host": host_b}
+    )
+    plain, plain_tags = _submit_all(stack.api, solver, job_type, log, n, sleep_s=0.2)
+
+    def running_on_b() -> list[str]:
+        return [i for i in pinned if faultkit.get_job(stack.api.http, i)["status"] == "running"]
+
+    hit = wait_until(running_on_b, timeout=60, what="a pinned job running on native-b")
+    worker_b.kill()
+
+    def back_to_pending() -> bool:
+        job = faultkit.get_job(stack.api.http, hit[0])
+        return job["status"] == "pending" and job["attempts"] == 1
+
+    wait_until(back_to_pending, timeout=30, what="the killed attempt to time out")
+    # native-a is idle (it runs the plain jobs) and never gets a pinned one.
+    faultkit.wait_terminal(stack.api.http, plain, timeout=60)
+    assert faultkit.get_job(stack.api.http, hit[0])["status"] == "pending"
+    start_b()
+    jobs = faultkit.assert_invariants(
+        stack.api.http,
+        [*pinned, *plain],
+        {**tags, **plain_tags},
+        log,
+        timeout=faultkit.scale(120, 600),
+    )
+    assert not faultkit.check_pinned(jobs, {host_b: {"native-b"}})
+    assert jobs[hit[0]]["fail_history"][0]["reason"] == "heartbeat_timeout"
     assert not faultkit.check_quiet(solver.path, caches.values(), timeout=20)
 
 

@@ -17,6 +17,8 @@ committed (see git history).
 - `-v3`: a job cancelled or stopped through its update waits a bounded time for the
   API's workflow cancel request (CANCEL_WAIT_PATCH): one that came, and one that
   never did.
+- `-v4`: host pinning (HOST_PINNING_PATCH): a preferred host's job that fell back to
+  the shared queue, and a required host's job whose host never came.
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
     GRANTED_AT_SUBMIT_PATCH,
+    HOST_PINNING_PATCH,
     SCHEDULING_PATCH,
     JobWorkflow,
 )
-from workflows.models import JobStatus
+from workflows.models import JobSpec
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v3"  # the set the recorder writes
+SUFFIX = "-v4"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -68,8 +71,17 @@ SETS = {
         "job-cancelled-cancel-request-came": ("JobWorkflow", "CANCELED"),
         "job-stopped-cancel-request-never-came": ("JobWorkflow", "FAILED"),
     },
+    "-v4": {
+        "job-preferred-host-fell-back-completed": ("JobWorkflow", "COMPLETED"),
+        "job-required-host-unavailable": ("JobWorkflow", "FAILED"),
+    },
 }
-PATCHES = {"-v1": SCHEDULING_PATCH, "-v2": GRANTED_AT_SUBMIT_PATCH, "-v3": CANCEL_WAIT_PATCH}
+PATCHES = {
+    "-v1": SCHEDULING_PATCH,
+    "-v2": GRANTED_AT_SUBMIT_PATCH,
+    "-v3": CANCEL_WAIT_PATCH,
+    "-v4": HOST_PINNING_PATCH,
+}
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
 
@@ -120,19 +132,19 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
 
-    # A pending job cancelled through its update, then by the API's cancel request.
-    pending = await harness.submit(cancel_wait_ms=600_000, activity_task_queue="nobody-polls-this")
-    await pending.execute_update(JobWorkflow.cancel)
-    await pending.cancel()
-    await save(client, pending.id, f"job-cancelled-cancel-request-came{SUFFIX}")
+    # A preferred host that never takes the job: it goes to the shared queue.
+    preferred = JobSpec(type="in-process", preferred_host="host-b", preferred_host_wait_ms=500)
+    fell_back = await harness.submit(
+        spec=preferred, preferred_task_queue=f"{harness.task_queue}@host-b"
+    )
+    await save(client, fell_back.id, f"job-preferred-host-fell-back-completed{SUFFIX}")
 
-    # A running job stopped through its update whose cancel request never comes: its
-    # attempt times out, and the execution closes by itself.
-    harness.stand_in.default = harness.stand_in.fall_silent(("assigned", "running"))
-    silent = await harness.submit(cancel_wait_ms=1500, heartbeat_timeout_ms=1000)
-    await harness.wait_status(silent, JobStatus.RUNNING)
-    await silent.execute_update(JobWorkflow.stop)
-    await save(client, silent.id, f"job-stopped-cancel-request-never-came{SUFFIX}")
+    # A required host that never comes: the job ends failed, host_unavailable.
+    required = JobSpec(type="in-process", require_host="host-z", require_host_wait_ms=500)
+    unavailable = await harness.submit(
+        spec=required, activity_task_queue=f"{harness.task_queue}@host-z"
+    )
+    await save(client, unavailable.id, f"job-required-host-unavailable{SUFFIX}")
 
 
 # -- replay (always) --------------------------------------------------------------------

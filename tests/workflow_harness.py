@@ -68,6 +68,8 @@ class StandIn:
         self.default: Behaviour = self.succeed()
         self.started: list[int] = []
         self.jobs: list[str] = []
+        # The task queue each attempt ran from (a pinned job's host queue, or not).
+        self.queues: list[str] = []
         self.cancelled: list[int] = []
 
     @activity.defn(name=RUN_JOB_ACTIVITY)
@@ -75,6 +77,7 @@ class StandIn:
         """Play the attempt's scripted behaviour; note a cancel reaching it."""
         self.started.append(inp.attempt)
         self.jobs.append(inp.job_id)
+        self.queues.append(activity.info().task_queue)
         try:
             return await self.script.get(inp.attempt, self.default)(inp)
         except asyncio.CancelledError:
@@ -176,6 +179,7 @@ class Harness:
         enqueue: bool = True,
         admit: bool = True,
         cancel_wait_ms: int = 0,
+        preferred_task_queue: str | None = None,
     ) -> JobHandle:
         """Start a job as the API does: the leases its gates grant at once, its input
         and initial search attributes, then its place at the gates that queued it.
@@ -203,6 +207,7 @@ class Harness:
             granted=admitted.granted,
             gate_weight=admitted.weight,
             cancel_wait_ms=cancel_wait_ms,
+            preferred_task_queue=preferred_task_queue,
         )
         handle = await self.client.start_workflow(
             JobWorkflow.run,

@@ -162,6 +162,7 @@ class Agent:
                 "tags": s.tags,
                 "container_runtime": self._containers.runtime,
                 "container_types": s.container_types if self._runtime else [],
+                "host": s.host,
             },
         )
         if response.status_code != 204:
@@ -188,7 +189,11 @@ class Agent:
 
     async def _loop(self, stop: asyncio.Event) -> None:
         s = self._settings
-        body: dict[str, Any] = {"worker_id": self._worker.node_id, "wait": s.claim_wait_s}
+        body: dict[str, Any] = {
+            "worker_id": self._worker.node_id,
+            "host": self._worker.host,
+            "wait": s.claim_wait_s,
+        }
         if self._worker.types:
             body["types"] = self._worker.types
         if self._runtime is not None:

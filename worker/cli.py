@@ -205,6 +205,8 @@ SUBMIT_OPTIONS = {
     "cost_units": "--cost",
     "earliest_start_at": "--start-at",
     "deadline_at": "--deadline",
+    "require_host_wait_ms": "--host-wait-ms",
+    "preferred_host_wait_ms": "--host-wait-ms",
 }
 TIME_HELP = "epoch milliseconds or ISO 8601 with a zone (2030-01-02T03:04:05Z)"
 EPOCH_MS = re.compile(r"-?\d+")
@@ -262,6 +264,20 @@ def submit(
         str | None,
         typer.Option(metavar="TIME", help=f"Fails unless assigned by then: {TIME_HELP}."),
     ] = None,
+    require_host: Annotated[
+        str | None, typer.Option(metavar="HOST", help="Only this host (worker id or node).")
+    ] = None,
+    preferred_host: Annotated[
+        str | None, typer.Option(metavar="HOST", help="This host first, then any.")
+    ] = None,
+    host_wait_ms: Annotated[
+        int | None,
+        typer.Option(
+            metavar="MS",
+            help="How long the host has to take it (API default: 3600000 required, "
+            "30000 preferred).",
+        ),
+    ] = None,
 ) -> None:
     """Submit a job (HUB_URL, FORGE_INGEST_SECRET env); prints its id."""
     try:
@@ -287,7 +303,13 @@ def submit(
         "target": target,
         "earliest_start_at": _when(start_at),
         "deadline_at": _when(deadline),
+        "require_host": require_host,
+        "preferred_host": preferred_host,
     }
+    if host_wait_ms is not None:
+        optional["preferred_host_wait_ms" if preferred_host else "require_host_wait_ms"] = (
+            host_wait_ms
+        )
     body.update({key: value for key, value in optional.items() if value is not None})
     with _hub(SUBMIT_OPTIONS) as hub:
         typer.echo(hub.submit(body, idempotency_key))
@@ -390,6 +412,8 @@ def show(job_id: JobIdArg) -> None:
         ("Target", job.target),
         ("Start at", job.earliest_start_at and _time(job.earliest_start_at)),
         ("Deadline", job.deadline_at and _time(job.deadline_at)),
+        ("Require host", job.require_host),
+        ("Prefer host", job.preferred_host),
         ("Waiting for", job.waiting_for and job.waiting_for.value),
     )
     _print_fields(
@@ -401,6 +425,7 @@ def show(job_id: JobIdArg) -> None:
             ("Priority", str(job.priority)),
             ("Attempts", f"{job.attempts} / {job.max_attempts}"),
             ("Worker", job.worker_id or "—"),
+            *((("Host", job.host),) if job.host else ()),
             # A running attempt's last progress report (live).
             *((("Progress", _progress(job.progress)),) if job.progress else ()),
             ("Fail reason", job.fail_reason or "—"),

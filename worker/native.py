@@ -18,10 +18,12 @@ from activities.container import WORKER_LABEL
 from engine.clock import now_ms
 from engine.connection import TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_telemetry
+from engine.hosts import HostSettings
 from engine.log_store import LogSettings
 from engine.tracing import start_tracing
 from worker.host_telemetry import HostSampler
 from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
+from workflows.errors import HostNotAvailable
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import WorkerInfo
@@ -68,7 +70,10 @@ class NativeWorker:
         settings: WorkerSettings,
         solver: SolverSettings,
         containers: ContainerSettings | None = None,
+        hosts: HostSettings | None = None,
     ) -> None:
+        # The host ids whose pinned jobs it runs too (docs/workers.md, "Host pinning").
+        self._hosts = (hosts or HostSettings()).served(settings.node_id, settings.host)
         self._client = client
         self._temporal = temporal
         self._settings = settings
@@ -80,6 +85,7 @@ class NativeWorker:
             slots=asyncio.Semaphore(settings.cores),
             logs=LogSettings(),
             containers=self._containers.runtime_client(),
+            host=settings.host,
         )
         self._runtime = config.containers
         self._activities = JobActivities(client, config)
@@ -88,23 +94,36 @@ class NativeWorker:
         self._workers: dict[str, Worker] = {}
 
     def serve_type(self, job_type: str) -> None:
-        """Start polling one job type's task queue (idempotent)."""
+        """Start polling one job type's task queue and its host queues (idempotent);
+        with a container runtime, its container queues too (unless
+        WORKER_CONTAINER_TYPES names the types to take them of)."""
         if self._runtime and not self._settings.container_types:
             self._serve_containers(job_type)
-        if self._serve_queue(self._temporal.activity_queue(job_type)):
+        if self._serve_queues(job_type, container=False):
             log.info("serving job type %s", job_type)
 
     def _serve_containers(self, job_type: str) -> None:
-        if self._serve_queue(self._temporal.container_queue(job_type)):
+        if self._serve_queues(job_type, container=True):
             log.info("serving container jobs of type %s", job_type)
 
-    def _serve_queue(self, queue: str) -> bool:
-        """Start polling one activity task queue; False if it already is."""
-        if queue in self._workers:
+    def _serve_queues(self, job_type: str, *, container: bool) -> bool:
+        """Poll one type's shared queue and its host queues (of its container jobs, or
+        of its other jobs); False if this worker already does."""
+        shared = self._temporal.activity_queue(job_type, container=container)
+        if shared in self._workers:
             return False
-        worker = Worker(
+        self._add(shared, self._activity_worker(shared))
+        for host in self._hosts:
+            queue = self._temporal.host_queue(job_type, host, container=container)
+            self._add(queue, self._activity_worker(queue))
+        return True
+
+    def _activity_worker(self, task_queue: str) -> Worker:
+        """A worker running attempts from one task queue (all share the WORKER_CORES
+        slots of the runner)."""
+        return Worker(
             self._client,
-            task_queue=queue,
+            task_queue=task_queue,
             activities=[self._activities.run_job],
             max_concurrent_activities=self._settings.cores,
             max_concurrent_activity_task_polls=1,
@@ -116,8 +135,6 @@ class NativeWorker:
             ),
             identity=self._settings.node_id,
         )
-        self._add(queue, worker)
-        return True
 
     def _add(self, key: str, worker: Worker) -> None:
         self._workers[key] = worker
@@ -173,6 +190,7 @@ class NativeWorker:
             kind="native",
             container_runtime=self._containers.runtime,
             container_types=settings.container_types if self._containers.runtime else [],
+            host=settings.host,
         )
         registered = False
         while not stop.is_set():
@@ -245,5 +263,8 @@ async def serve(
     quiet_attempt_failures()
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
     start_tracing("jobforge-worker")
+    hosts = HostSettings()
+    if not hosts.allows_worker(settings.node_id, settings.host):
+        raise SystemExit(HostNotAvailable(settings.node_id, settings.host).message)
     client = await connect(temporal, identity=settings.node_id, runtime=runtime)
-    await NativeWorker(client, temporal, settings, solver, containers).run(stop)
+    await NativeWorker(client, temporal, settings, solver, containers, hosts).run(stop)

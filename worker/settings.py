@@ -19,6 +19,7 @@ from activities.container import ContainerRuntime
 from activities.solver import SolverLimits, SolverSource, split_command
 from activities.solver_cache import FetchLimits, SolverCache
 from engine.solver_urls import SolverUrlSettings
+from workflows.models import HOST_PATTERN
 
 
 def _default_node_id() -> str:
@@ -122,6 +123,8 @@ class WorkerSettings(BaseSettings):
     # With CONTAINER_RUNTIME set: the types whose container jobs it runs (empty: every
     # type it serves).
     container_types: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # WORKER_HOST: its node name, the second host id it serves under (docs/workers.md).
+    host: str = Field(default_factory=socket.gethostname, pattern=HOST_PATTERN)
 
     def serves_containers_of(self, job_type: str) -> bool:
         """Whether this worker takes container jobs of `job_type` (given a runtime)."""

@@ -57,6 +57,11 @@ class ErrorType(StrEnum):
     # A container job this worker will not run: its runtime is missing, or the job's
     # image or volumes are outside the worker's CONTAINER_* policy.
     CONTAINER_REFUSED = "container_refused"
+    # A required host took no attempt within require_host_wait_ms (job ends failed).
+    HOST_UNAVAILABLE = "host_unavailable"
+    # Not a failure: the reason on the transition of a job whose preferred host took
+    # no attempt within preferred_host_wait_ms, so it went to the shared queue.
+    PREFERRED_HOST_TIMEOUT = "preferred_host_timeout"
 
 
 # Failures that end the job at once, whatever attempts remain.
@@ -103,6 +108,7 @@ class AttemptFailureDetails(BaseModel):
     log_tail: str | None = None
     claimed_at: int | None = None
     started_at: int | None = None
+    host: str | None = None
 
     @classmethod
     def from_details(cls, details: Sequence[Any]) -> AttemptFailureDetails:
@@ -170,6 +176,16 @@ class InvalidField(JobforgeError):  # noqa: N818 - the domain's own words
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message if message.startswith(field) else f"{field}: {message}")
         self.extra = {"field": field}
+
+
+class HostNotAvailable(JobforgeError):  # noqa: N818 - the domain's own words
+    """A worker whose host ids (worker id, WORKER_HOST) are all outside AVAILABLE_HOSTS."""
+
+    def __init__(self, worker_id: str, host: str | None) -> None:
+        names = worker_id if host in (None, worker_id) else f"{worker_id} (host {host})"
+        super().__init__(
+            f"worker {names} is not in AVAILABLE_HOSTS", worker_id=worker_id, host=host
+        )
 
 
 class TemporalUnavailable(JobforgeError):  # noqa: N818 - the domain's own words

@@ -102,6 +102,10 @@ CANCEL_MEETS_END_PATCH = "cancel-meets-attempt-end"
 # A job cancelled or stopped through its update closes by itself if the API's workflow
 # cancel request does not follow in time (JobInput.cancel_wait_ms).
 CANCEL_WAIT_PATCH = "cancel-request-wait-bounded"
+# Jobs with require_host or preferred_host wait a bounded time on their host's queue
+# (then fail host_unavailable, or fall back to the shared queue); a job with neither
+# never reaches this marker.
+HOST_PINNING_PATCH = "host-pinning"
 
 
 def _now_ms() -> int:
@@ -136,6 +140,11 @@ class JobWorkflow:
         self._ops_failed: str | None = None
         self._ops_requeue = False
         self._recalled_early: set[str] = set()
+        # Host pinning: when the current wait for the host ends (ms; None until the job
+        # waits for a host), and whether this wait fell back to the shared queue.
+        self._pinned = False
+        self._host_until: int | None = None
+        self._fell_back = False
         # Set here, not in run: a pause's recall may reach the job in its first task,
         # before run starts. Such a job takes the scheduled path without its marker (one
         # marker per job: each also upserts a search attribute).
@@ -147,6 +156,8 @@ class JobWorkflow:
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
+        if inp.spec.pinned_host is not None:
+            self._pinned = workflow.patched(HOST_PINNING_PATCH)
         if inp.spec.scheduled and (self._granted_at_submit or workflow.patched(SCHEDULING_PATCH)):
             return await self._run_scheduled(inp)
         job = self._job
@@ -177,6 +188,8 @@ class JobWorkflow:
                 if self._stopping:
                     self._stop_after_failure(err)
                     break
+                if self._host_wait_over(inp, err):
+                    continue
                 try:
                     self._fail_attempt(attempt, err)
                 finally:
@@ -201,11 +214,14 @@ class JobWorkflow:
         attempt_input = job.attempt_input()
         if job.group is not None:
             attempt_input.claim_first = True
+        task_queue = inp.activity_task_queue
+        if self._pinned:
+            task_queue, schedule_to_start = self._placement(inp, schedule_to_start)
         return workflow.start_activity(
             RUN_JOB_ACTIVITY,
             attempt_input,
             result_type=AttemptResult,
-            task_queue=inp.activity_task_queue,
+            task_queue=task_queue,
             activity_id=attempt_activity_id(job.attempt),
             start_to_close_timeout=timedelta(milliseconds=job.max_runtime_ms)
             + ATTEMPT_TIMEOUT_SLACK,
@@ -215,6 +231,60 @@ class JobWorkflow:
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
             priority=priority,
             summary=f"attempt {job.attempt}",
+        )
+
+    # -- host pinning ------------------------------------------------------------------
+
+    def _placement(
+        self, inp: JobInput, schedule_to_start: timedelta | None
+    ) -> tuple[str, timedelta | None]:
+        """A pinned job's next attempt: its queue, and how long it may wait there. Each
+        wait for the host (from the first attempt, and again after a claimed attempt
+        ended) lasts its host's wait at most; an attempt nobody claimed (a bridge's
+        hand-back) does not restart it."""
+        spec = inp.spec
+        if self._fell_back:
+            return inp.activity_task_queue, schedule_to_start
+        now = _now_ms()
+        if self._host_until is None:
+            wait = spec.require_host_wait_ms or spec.preferred_host_wait_ms or 0
+            self._host_until = now + wait
+        self._job.waiting_for = WaitingFor.HOST
+        left = timedelta(milliseconds=max(self._host_until - now, 1))
+        if schedule_to_start is not None:
+            left = min(left, schedule_to_start)
+        return inp.preferred_task_queue or inp.activity_task_queue, left
+
+    def _host_wait_over(self, inp: JobInput, err: ActivityError) -> bool:
+        """A pinned job's attempt waited on its host's queue past the host's wait (not
+        past deadline_at): a preferred host's job goes to the shared queue (True: start
+        the next attempt); a required host's job ends failed, `host_unavailable`."""
+        if not (self._pinned and not self._fell_back and _not_started_in_time(err)):
+            return False
+        left = self._time_to_deadline()
+        if left is not None and left <= timedelta(0):
+            return False  # deadline_at came first
+        job = self._job
+        job.waiting_for = None
+        if inp.spec.require_host is not None:
+            self._fail_host_unavailable(inp.spec.require_host)
+        self._fell_back = True
+        self._transition(JobStatus.PENDING, reason=ErrorType.PREFERRED_HOST_TIMEOUT.value)
+        self._publish()
+        return True
+
+    def _fail_host_unavailable(self, host: str) -> NoReturn:
+        job = self._job
+        reason = ErrorType.HOST_UNAVAILABLE.value
+        job.fail_reason = reason
+        job.completed_at = _now_ms()
+        self._transition(JobStatus.FAILED, reason=reason)
+        self._publish()
+        raise ApplicationError(
+            f"no worker of host {host} took the job in time",
+            job,
+            type=ErrorType.HOST_UNAVAILABLE,
+            non_retryable=True,
         )
 
     # -- the scheduled path: start time, gates, deadline -----------------------------
@@ -288,6 +358,12 @@ class JobWorkflow:
                     self._stop_after_failure(err)
                     await self._release(gates, "stopped")
                     break
+                try:
+                    if self._host_wait_over(inp, err):
+                        continue
+                except ApplicationError:
+                    await self._release(gates, "cancelled")
+                    raise
                 if _not_started_in_time(err):
                     self._deadline_hit = True
                     break
@@ -558,6 +634,7 @@ class JobWorkflow:
         self._stopping = False
         job.completed_at = None
         job.worker_id = None
+        job.host = None
         job.claimed_at = None
         job.heartbeat_at = None
         self._transition(JobStatus.PENDING, reason="requeued", by=by)
@@ -625,6 +702,7 @@ class JobWorkflow:
         self._ops_requeue = False
         self._stopping = False
         job.worker_id = None
+        job.host = None
         job.claimed_at = None
         job.heartbeat_at = None
         self._transition(JobStatus.PENDING, reason="requeued", by="ops")
@@ -664,7 +742,7 @@ class JobWorkflow:
         if report.attempt == self._recalled_attempt:
             return  # recalled by a pause before this claim reached the job
         if job.status == JobStatus.PENDING:
-            self._claim(report.attempt, report.worker_id, report.claimed_at)
+            self._claim(report.attempt, report.worker_id, report.claimed_at, report.host)
         if report.phase == "running" and job.status == JobStatus.ASSIGNED:
             started = report.started_at or report.claimed_at
             job.heartbeat_at = started
@@ -684,7 +762,7 @@ class JobWorkflow:
         ):
             return False
         if self._job.status == JobStatus.PENDING:
-            self._claim(report.attempt, report.worker_id, report.claimed_at)
+            self._claim(report.attempt, report.worker_id, report.claimed_at, report.host)
             self._publish()
         return True
 
@@ -743,25 +821,32 @@ class JobWorkflow:
 
     # -- transitions ---------------------------------------------------------------
 
-    def _claim(self, attempt: int, worker_id: str | None, ts: int) -> None:
+    def _claim(self, attempt: int, worker_id: str | None, ts: int, host: str | None) -> None:
         job = self._job
         self._claimed_attempt = attempt
         job.attempts += 1
         job.worker_id = worker_id
+        job.host = host
         job.claimed_at = ts
         job.heartbeat_at = ts
+        if self._pinned:
+            # Claimed: a later attempt waits for its host afresh.
+            job.waiting_for = None
+            self._host_until = None
+            self._fell_back = False
         self._transition(JobStatus.ASSIGNED)
 
     def _complete(self, outcome: AttemptResult) -> None:
         job = self._job
         now = _now_ms()
         if self._claimed_attempt != self._attempt:
-            self._claim(self._attempt, outcome.worker_id, outcome.claimed_at or now)
+            self._claim(self._attempt, outcome.worker_id, outcome.claimed_at or now, outcome.host)
         if job.status == JobStatus.ASSIGNED:
             # A result with no report of the start before it (a short job): it ran.
             job.heartbeat_at = outcome.started_at or now
             self._transition(JobStatus.RUNNING)
         job.worker_id = outcome.worker_id
+        job.host = outcome.host or job.host
         job.result = outcome.result
         job.result_hash = outcome.result_hash
         job.result_key = outcome.result_key or outcome.result_hash
@@ -782,7 +867,7 @@ class JobWorkflow:
         if self._claimed_attempt != attempt:
             # The activity started with no report reaching us (a short attempt, or a
             # worker that died at once): the claim still counts.
-            self._claim(attempt, err.identity or None, details.claimed_at or now)
+            self._claim(attempt, err.identity or None, details.claimed_at or now, details.host)
         if job.status == JobStatus.ASSIGNED and details.started_at:
             job.heartbeat_at = details.started_at
             self._transition(JobStatus.RUNNING)
@@ -801,6 +886,7 @@ class JobWorkflow:
                 non_retryable=True,
             )
         job.worker_id = None
+        job.host = None
         job.claimed_at = None
         job.heartbeat_at = None
         self._transition(JobStatus.PENDING)

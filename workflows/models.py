@@ -44,6 +44,12 @@ COST_UNITS_LIMIT = 1_000_000
 # Epoch milliseconds accepted for a time field: 2000-01-01 .. 2200-01-01.
 EPOCH_MS_MIN = 946_684_800_000
 EPOCH_MS_MAX = 7_258_118_400_000
+# Host pinning (docs/workers.md): a host id is a worker id or a worker's WORKER_HOST, and
+# how long a pinned job waits for its host by default.
+HOST_PATTERN = WORKER_ID_PATTERN
+REQUIRE_HOST_WAIT_MS = 3_600_000
+PREFERRED_HOST_WAIT_MS = 30_000
+HOST_WAIT_MS_LIMIT = 7 * 24 * 3600 * 1000
 
 
 class ListOrder(StrEnum):
@@ -71,6 +77,7 @@ def _epoch_ms(value: Any) -> Any:
 EpochMs = Annotated[
     int, BeforeValidator(_epoch_ms), Field(strict=True, ge=EPOCH_MS_MIN, le=EPOCH_MS_MAX)
 ]
+HostWaitMs = Annotated[int, Field(strict=True, ge=100, le=HOST_WAIT_MS_LIMIT)]
 
 
 class WaitingFor(StrEnum):
@@ -85,6 +92,9 @@ class WaitingFor(StrEnum):
     NO_WORKER = "no_worker"
     # A container job: no live container-capable worker serves its type.
     EXECUTOR = "executor"
+    # Pinned to a host (require_host, or preferred_host within its wait) none of whose
+    # workers has taken it yet.
+    HOST = "host"
 
 
 # What a job waits for while it waits at a gate of each kind.
@@ -164,6 +174,13 @@ class JobSpec(BaseModel):
     pool: Annotated[str | None, Field(pattern=GATE_KEY_PATTERN, description="Pool gate")] = None
     cost_units: Annotated[int, Field(strict=True, ge=1, le=COST_UNITS_LIMIT)] = 1
     target: Annotated[str | None, Field(pattern=TARGET_PATTERN, description="Serial target")] = None
+    # Host pinning (docs/workers.md): one of the two, each with its wait.
+    require_host: Annotated[str | None, Field(pattern=HOST_PATTERN, description="Only here")] = None
+    require_host_wait_ms: HostWaitMs | None = None
+    preferred_host: Annotated[str | None, Field(pattern=HOST_PATTERN, description="Here first")] = (
+        None
+    )
+    preferred_host_wait_ms: HostWaitMs | None = None
     earliest_start_at: EpochMs | None = None
     deadline_at: EpochMs | None = None
     heartbeat_timeout_ms: Annotated[
@@ -266,11 +283,41 @@ class JobSpec(BaseModel):
             raise ValueError("reject takes no earliest_start_at (it answers now)")
         return value
 
+    @field_validator("require_host_wait_ms")
+    @classmethod
+    def _require_wait_needs_host(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("require_host") is None:
+            raise ValueError("needs require_host (it bounds the wait for that host)")
+        return value
+
+    @field_validator("preferred_host")
+    @classmethod
+    def _one_host_field(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("require_host") is not None:
+            raise ValueError("give require_host or preferred_host, not both")
+        return value
+
+    @field_validator("preferred_host_wait_ms")
+    @classmethod
+    def _preferred_wait_needs_host(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("preferred_host") is None:
+            raise ValueError("needs preferred_host (it bounds the wait for that host)")
+        return value
+
+    @property
+    def pinned_host(self) -> str | None:
+        """The host this job is pinned to, required or preferred."""
+        return self.require_host or self.preferred_host
+
     @model_validator(mode="after")
     def _scheduling(self) -> JobSpec:
         if self.target is not None and "max_attempts" not in self.model_fields_set:
             # A serial target halts on a failure: one attempt unless the submitter asks.
             self.max_attempts = 1
+        if self.require_host is not None and self.require_host_wait_ms is None:
+            self.require_host_wait_ms = REQUIRE_HOST_WAIT_MS
+        if self.preferred_host is not None and self.preferred_host_wait_ms is None:
+            self.preferred_host_wait_ms = PREFERRED_HOST_WAIT_MS
         return self
 
 
@@ -354,6 +401,13 @@ class Job(BaseModel):
     pool: str | None = None
     cost_units: int = 1
     target: str | None = None
+    require_host: str | None = None
+    require_host_wait_ms: int | None = None
+    preferred_host: str | None = None
+    preferred_host_wait_ms: int | None = None
+    host: str | None = Field(
+        default=None, description="Host id of the worker that holds or last held the job"
+    )
     earliest_start_at: int | None = None
     deadline_at: int | None = None
     admission: Literal["queue", "reject"] = "queue"
@@ -404,6 +458,9 @@ class JobInput(BaseModel):
     # How long a job cancelled or stopped through its update waits for the API's
     # workflow cancel request before it closes by itself (0: for ever).
     cancel_wait_ms: int = 0
+    # A preferred host's own queue: attempts wait there up to preferred_host_wait_ms,
+    # then go to activity_task_queue. (A required host's queue is activity_task_queue.)
+    preferred_task_queue: str | None = None
 
 
 def pending_job(inp: JobInput) -> Job:
@@ -439,6 +496,8 @@ class AttemptReport(BaseModel):
     phase: Literal["assigned", "running"]
     claimed_at: int
     started_at: int | None = None
+    # The claimer's host id (WORKER_HOST; an agent that sends none: its worker id).
+    host: str | None = None
 
 
 class AttemptResult(BaseModel):
@@ -452,6 +511,7 @@ class AttemptResult(BaseModel):
     # Set when no report reached the workflow before the result (a short job).
     claimed_at: int | None = None
     started_at: int | None = None
+    host: str | None = None
 
 
 class WorkerInfo(BaseModel):
@@ -474,6 +534,9 @@ class WorkerInfo(BaseModel):
     container_types: Annotated[
         list[Annotated[str, Field(pattern=TYPE_PATTERN)]], Field(max_length=256)
     ] = Field(default_factory=list)
+    # Its node name (WORKER_HOST): a job's require_host or preferred_host may name it,
+    # or the worker id.
+    host: Annotated[str | None, Field(pattern=HOST_PATTERN)] = None
 
 
 class WorkerRecord(BaseModel):

@@ -8,9 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from api.deps import Authorized, BridgeDep, MetricsDep, WorkersDep
+from api.deps import Authorized, BridgeDep, ConfigDep, MetricsDep, WorkersDep
 from api.routes.jobs import JobId
-from workflows.models import TYPE_PATTERN, WORKER_ID_PATTERN, ClaimedJob, JobStatus
+from workflows.errors import HostNotAvailable
+from workflows.models import HOST_PATTERN, TYPE_PATTERN, WORKER_ID_PATTERN, ClaimedJob, JobStatus
 
 router = APIRouter(prefix="/api", tags=["agents"], dependencies=[Authorized])
 
@@ -37,6 +38,9 @@ class ClaimRequest(BaseModel):
     container_types: Annotated[
         list[Annotated[str, Field(pattern=TYPE_PATTERN)]] | None, Field(max_length=64)
     ] = None
+
+    # The claimer's node name (WORKER_HOST): jobs pinned to it or to worker_id come too.
+    host: Annotated[str | None, Field(pattern=HOST_PATTERN)] = None
 
     @property
     def claimed_container_types(self) -> list[str] | None:
@@ -84,7 +88,10 @@ class JobState(BaseModel):
 @router.post(
     "/jobs/claim",
     response_model=ClaimedJob,
-    responses={204: {"description": "No job available within `wait`"}},
+    responses={
+        204: {"description": "No job available within `wait`"},
+        403: {"description": "Neither worker_id nor host is in AVAILABLE_HOSTS"},
+    },
 )
 async def claim_job(
     request: Request,
@@ -92,8 +99,13 @@ async def claim_job(
     bridge: BridgeDep,
     workers: WorkersDep,
     metrics: MetricsDep,
+    config: ConfigDep,
 ) -> ClaimedJob | Response:
-    """Claim the next job (highest priority first), long-polling up to `wait` seconds."""
+    """Claim the next job (highest priority first), long-polling up to `wait` seconds:
+    a job of the shared queue, or one pinned to `worker_id` or `host`."""
+    hosts = config.api.hosts
+    if not hosts.allows_worker(body.worker_id, body.host):
+        raise HostNotAvailable(body.worker_id, body.host)
     await workers.seen(body.worker_id)
     claimed = await bridge.claim(
         body.worker_id,
@@ -101,6 +113,8 @@ async def claim_job(
         max(body.wait, CLAIM_MIN_WAIT_S),
         gone=request.is_disconnected,
         container_types=body.claimed_container_types,
+        hosts=hosts.served(body.worker_id, body.host),
+        host=body.host,
     )
     if claimed is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)

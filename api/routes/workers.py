@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
-from api.deps import Authorized, WorkersDep
+from api.deps import Authorized, ConfigDep, WorkersDep
 from api.worker_directory import WorkerView
+from workflows.errors import HostNotAvailable
 from workflows.host_models import WorkerHeartbeat
 from workflows.models import WORKER_ID_PATTERN, WorkerInfo
 
@@ -16,9 +17,15 @@ router = APIRouter(prefix="/api", tags=["workers"], dependencies=[Authorized])
 WorkerId = Annotated[str, Path(pattern=WORKER_ID_PATTERN, description="A registered worker")]
 
 
-@router.post("/workers/register", status_code=status.HTTP_204_NO_CONTENT)
-async def register_worker(info: WorkerInfo, workers: WorkersDep) -> Response:
+@router.post(
+    "/workers/register",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={403: {"description": "Neither worker_id nor host is in AVAILABLE_HOSTS"}},
+)
+async def register_worker(info: WorkerInfo, workers: WorkersDep, config: ConfigDep) -> Response:
     """Register or update a worker's capabilities (durable)."""
+    if not config.api.hosts.allows_worker(info.worker_id, info.host):
+        raise HostNotAvailable(info.worker_id, info.host)
     await workers.register(info)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 

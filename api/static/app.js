@@ -35,6 +35,7 @@ const WAITING_FOR = {
   target_busy: "another job of its target holds it",
   target_halted: "its target is halted by a failed job",
   start_time: "before its earliest_start_at",
+  host: "its host has not claimed it (require_host, or preferred_host within its wait)",
   no_worker: "no live worker has polled its type's queue in 90 s",
 };
 const RESULT_PREVIEW_CHARS = 2000;
@@ -762,6 +763,7 @@ function renderDetail(job) {
       (job.status === "pending" || job.waiting_for) &&
         ["Waiting for", waitingFor(job.waiting_for), "detail-waiting-for"],
       ["Worker", job.worker_id || "—"],
+      job.host && ["Host", job.host, "detail-host"],
       ["Fail reason", job.fail_reason || "—"],
       ["Solver", job.solver_url || "registered for the type"],
       ["Max runtime", formatDuration(job.max_runtime_ms)],
@@ -1031,6 +1033,8 @@ function schedulingPairs(job) {
     job.target && ["Target", job.target, "detail-target-name"],
     job.earliest_start_at && ["Earliest start", formatTime(job.earliest_start_at), "detail-earliest-start"],
     job.deadline_at && ["Deadline", formatTime(job.deadline_at), "detail-deadline"],
+    job.require_host && ["Required host", job.require_host, "detail-require-host"],
+    job.preferred_host && ["Preferred host", job.preferred_host, "detail-preferred-host"],
   ].filter(Boolean);
 }
 
