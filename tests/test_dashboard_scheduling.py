@@ -4,6 +4,7 @@ reason) in a real (headless) Chromium against real API and worker processes."""
 from __future__ import annotations
 
 import re
+import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -274,3 +275,28 @@ def test_the_panels_cost_one_list_call_each_per_refresh(page: Page, api: Api) ->
         or (path.startswith("/api/jobs/") and path not in lists)
     ]
     assert per_item == []
+
+
+def test_a_pinned_jobs_detail_shows_its_host_fields_and_waiting_for_host(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('print("{}")\n')
+    nowhere = f"nowhere-{uuid.uuid4().hex[:6]}"
+    waiting = api.submit(**solver.spec(job_type, require_host=nowhere))
+    ran = api.submit(**solver.spec(job_type, preferred_host="session-worker"))
+    api.wait_status(ran, "completed")
+    try:
+        sign_in(page, api, job_type=job_type)
+        row(page, waiting).click()
+        expect(page.locator("#detail-id")).to_have_text(waiting)
+        expect(page.locator("#detail-require-host")).to_have_text(nowhere)
+        reason = page.locator("#detail-waiting-for [data-waiting-for]")
+        expect(reason).to_have_attribute("data-waiting-for", "host")
+        expect(page.locator("#detail-host")).to_have_count(0)
+
+        row(page, ran).click()
+        expect(page.locator("#detail-id")).to_have_text(ran)
+        expect(page.locator("#detail-preferred-host")).to_have_text("session-worker")
+        expect(page.locator("#detail-host")).to_have_text(socket.gethostname())
+    finally:
+        api.http.delete(f"/api/jobs/{waiting}")
