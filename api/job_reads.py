@@ -6,9 +6,9 @@ jobs then costs a replay per row. Most rows need none:
 
 - a closed job that completed returned its `Job`: the close event holds it (one history
   read of one event, no worker);
-- a plain pending job that nothing has happened to yet (its memo holds only the
-  submit's transition) is its submit input as `pending_job` made it, its first attempt
-  scheduled or not: the first events of its history say which;
+- a plain pending job (no gate, clock or host) that nothing has happened to yet (its
+  memo holds only the submit's transition) is its submit input as `pending_job` made
+  it, its first attempt scheduled or not: the first events of its history say which;
 - what was read of either is kept: a closed run never changes, and an untouched job's
   input never does.
 
@@ -174,14 +174,15 @@ class JobReader:
 
     async def _untouched_job(self, execution: WorkflowExecution) -> Job | None:
         """An untouched plain job from its input, and its first attempt if scheduled;
-        None for a job that takes the scheduled path (its state is its workflow's)."""
+        None for a job that takes the scheduled path or is pinned to a host (what it
+        waits for is its workflow's to say)."""
         events = await self._history(execution, size=FIRST_EVENTS)
         if not events:
             return None
         started = events[0].workflow_execution_started_event_attributes
         inp = await self._decode(started.input.payloads, JobInput)
-        if inp is None or inp.spec.scheduled:
-            return None
+        if inp is None or inp.spec.scheduled or inp.spec.pinned_host is not None:
+            return None  # its waiting_for (a gate, a clock, a host) is its workflow's
         job = pending_job(inp)
         first = attempt_activity_id(1)
         if any(
