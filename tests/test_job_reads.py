@@ -48,6 +48,11 @@ def test_a_page_reads_jobs_as_their_workflows_hold_them_and_waiting_or_done_ones
 
     page = listed(api, type=job_type) | listed(api, type=idle)
     assert page == truth
+    # A pinned job waits for its host: its workflow says so, and so does its row.
+    pinned = api.submit(type=f"{job_type}-pinned", require_host="nowhere")
+    wait_until(lambda: api.job(pinned)["waiting_for"] == "host", what="waiting for its host")
+    rows = api.http.get("/api/jobs", params={"type": f"{job_type}-pinned"}).json()
+    assert [(row["id"], row["waiting_for"]) for row in rows] == [(pinned, "host")]
 
     # Without a workflow worker, a query finds nobody to replay the job; a fresh API
     # (nothing kept yet) still lists the waiting and the completed jobs.
