@@ -351,3 +351,27 @@ def test_an_agent_with_a_runtime_runs_container_jobs_and_uploads_their_logs(
     job = stack.api.wait_status(failing, "quarantined", "completed")
     assert job["fail_reason"] == "solver_exit: container exited with code 5"
     assert left_of(runtime, job_id) == left_of(runtime, failing) == []
+
+
+def test_a_container_job_pinned_to_a_host_runs_only_on_that_hosts_container_worker(
+    stack: Stack, runtime: Runtime, volumes: Path, job_type: str
+) -> None:
+    idle = node()
+    container_worker(stack, runtime, volumes, job_type, idle)  # capable, but not the host
+    job_id = stack.api.submit(
+        type=job_type, container=container("printf 7"), require_host="pinned-host"
+    )
+    wait_until(
+        lambda: (
+            (stack.api.job(job_id)["status"], stack.api.job(job_id)["waiting_for"])
+            == ("pending", "host")
+        ),
+        timeout=30,
+        what="the job waiting for its host",
+    )
+    pinned = node()
+    container_worker(stack, runtime, volumes, job_type, pinned, WORKER_HOST="pinned-host")
+    job = stack.api.wait_status(job_id, "completed", "quarantined")
+    assert (job["status"], job["result"], job["worker_id"]) == ("completed", 7, pinned)
+    assert job["host"] == "pinned-host"
+    assert left_of(runtime, job_id) == []
