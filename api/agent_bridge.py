@@ -281,6 +281,7 @@ class Bridge:
             job,
             inp,
             worker_id=worker_id,
+            host=host,
             claimed_at=claimed_at,
             heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
         )

@@ -565,6 +565,7 @@ class ClaimedJob(Job):
         inp: AttemptInput,
         *,
         worker_id: str,
+        host: str | None,
         claimed_at: int,
         heartbeat_timeout_ms: int,
     ) -> ClaimedJob:
@@ -583,6 +584,8 @@ class ClaimedJob(Job):
                 attempt=inp.attempt,
                 attempts=job.attempts + 1,
                 heartbeat_at=claimed_at,
+                host=host,
+                waiting_for=None,
             )
         return cls(
             **fields,
