@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workflows.contract_states import status_name
 from workflows.models import GATE_KEY_PATTERN, JobStatus
 
 RUN_TYPE = "runforge.run"
@@ -36,19 +37,7 @@ DaemonState = Literal["running", "stopping", "stopped"]
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
 GroupId = Annotated[str, Field(pattern=GATE_KEY_PATTERN)]
 
-# The 002 column of api/contracts/states.py, which worker code may not import (layering).
-# In 002 it depends on the core status alone: a pending job is `queued` whether it waits
-# or is admitted. tests/contracts/test_002_runforge.py checks it against that table.
-STATE_002 = {
-    JobStatus.PENDING: "queued",
-    JobStatus.ASSIGNED: "running",
-    JobStatus.RUNNING: "running",
-    JobStatus.STOP_REQUESTED: "running",
-    JobStatus.COMPLETED: "succeeded",
-    JobStatus.QUARANTINED: "failed",
-    JobStatus.FAILED: "canceled",
-    JobStatus.STOPPED: "canceled",
-}
+# 002's state names, in the order `queue-status` counts them.
 STATE_ORDER = ("queued", "running", "succeeded", "failed", "canceled")
 
 
@@ -157,8 +146,8 @@ def run_job(run_id: str, workspace: Path, group_id: str | None, priority: int) -
 
 
 def state_of(job: dict[str, Any]) -> str:
-    """A job's state in 002's words."""
-    return STATE_002[JobStatus(job["status"])]
+    """A job's state in 002's words (the one table, workflows/contract_states.py)."""
+    return status_name(JobStatus(job["status"]), "002")
 
 
 def run_id_of(job: dict[str, Any]) -> str:

@@ -28,11 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from api import visibility
 from api.contracts.mounting import ContractSettings
-from api.contracts.states import Phase, phase, state_name
 from api.deps import BridgeDep, JobsDep, Services, WorkersDep
 from api.job_views import TtlCache
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
+from workflows.contract_states import Phase, phase, state_name
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, PoolFull
 from workflows.models import (
     COST_UNITS_LIMIT,

@@ -7,9 +7,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workflows.contract_states import DESIGNS
 from workflows.models import GATE_KEY_PATTERN
 
-DESIGNS = ("000", "001", "002", "003", "004")
 PREFIX_PATTERN = r"^(/[A-Za-z0-9._~-]+)*$"
 
 Auth = Literal["token", "none"]

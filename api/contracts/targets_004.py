@@ -25,10 +25,10 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from pydantic import BaseModel, Field, JsonValue
 
 from api.contracts.mounting import ContractSettings
-from api.contracts.states import state_name
 from api.deps import GatesDep, JobsDep, Services
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
+from workflows.contract_states import state_name
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound
 from workflows.gate_models import TargetResume
 from workflows.models import Job, JobSpec, JobStatus

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from api.contracts.states import state_name
 from bench import harness
 from bench.harness import Proc
 from tests.conftest import PYTHON, Api, base_env, wait_until
 from worker.devserver import DevServer
 from worker.runforge import RUN_TYPE, pool_name
+from workflows.contract_states import state_name
 from workflows.models import Job
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -164,7 +164,7 @@ def job_when(hub: Api, job_id: str, **wanted: Any) -> dict[str, Any]:
 
 
 def design_state(hub: Api, job_id: str) -> str:
-    """The job's state in the one table's 002 column (api/contracts/states.py)."""
+    """The job's state in the one table's 002 column (workflows/contract_states.py)."""
     return state_name(Job.model_validate(hub.job(job_id)), "002")
 
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from api.contracts.mounting import ContractSettings
-from api.contracts.states import STATE_NAMES, Phase, names
 from tests.conftest import Api
+from workflows.contract_states import STATE_NAMES, Phase, names
 
 TENANT = {"X-Tenant": "acme"}
 

@@ -1,11 +1,14 @@
-"""One state machine, told in each design's words: the one table of state names."""
+"""One state machine, told in each design's words: the one table of state names (the
+API's contract adapters and `runforge-cli` both read it; docs/contracts.md)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from api.contracts.mounting import DESIGNS
 from workflows.models import Job, JobStatus
+
+# The designs jobforge grew from; 000 is the hub's own contract.
+DESIGNS = ("000", "001", "002", "003", "004")
 
 
 class Phase(StrEnum):
@@ -55,9 +58,20 @@ def phase(job: Job) -> Phase:
     """The job's phase. A pending job whose attempt is scheduled and that waits for
     nothing else (no gate, no start time) is admitted: only a claim is missing. A job
     read as `failed` has ended (a failed attempt that is retried reads `pending`)."""
-    if job.status == JobStatus.PENDING:
-        return Phase.WAITING if job.waiting_for is not None or not job.attempt else Phase.ADMITTED
-    return _BY_STATUS[job.status]
+    admitted = job.waiting_for is None and job.attempt > 0
+    return status_phase(job.status, admitted=admitted)
+
+
+def status_phase(status: JobStatus, *, admitted: bool = False) -> Phase:
+    """The phase of a job in `status` (a pending one waiting, unless `admitted`)."""
+    if status == JobStatus.PENDING:
+        return Phase.ADMITTED if admitted else Phase.WAITING
+    return _BY_STATUS[status]
+
+
+def status_name(status: JobStatus, design: str, *, admitted: bool = False) -> str:
+    """A status in `design`'s words, for a reader that has only the status (an event)."""
+    return STATE_NAMES[status_phase(status, admitted=admitted)][design]
 
 
 def state_name(job: Job, design: str) -> str:
