@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
-from tests.conftest import SECRET, Api, wait_until
+from bench.harness import wait_until
+from tests.conftest import SECRET, Api
 from tests.contracts.worker_003 import DesignWorker
 
 pytestmark = [pytest.mark.usefixtures("session_worker"), pytest.mark.slow(90)]
@@ -99,7 +100,7 @@ class Sims:
 
     def wait(self, job_id: str, *states: str, timeout: float = 60) -> dict[str, Any]:
         found: dict[str, Any] = wait_until(
-            lambda: (seen := self.status(job_id))["status"] in states and seen,
+            lambda: seen if (seen := self.status(job_id))["status"] in states else None,
             timeout=timeout,
             what=f"{job_id} {states}",
         )
