@@ -52,8 +52,9 @@ from workflows.host_models import HostInfo, WorkerNotFound
 from workflows.models import WORKER_ID_PATTERN, Job, JobStatus, WorkerInfo
 from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
 
-# Without `wait`, a next-job call still gives matching this long to hand over a job.
-NEXT_JOB_MIN_WAIT_S = 0.25
+# How long a next-job call gives matching to hand over a queued job (no long poll: the
+# design's worker sleeps and asks again).
+NEXT_JOB_WAIT_S = 0.25
 FOLLOW_POLL_S = 0.2
 FOLLOW_STATUS_S = 1.0
 # The states a worker's report may come from, per reported state (the design's
@@ -78,7 +79,6 @@ class NextJobIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     worker_id: WorkerId
-    wait: Annotated[float, Field(ge=0, le=30, description="Long-poll seconds (added)")] = 0
 
 
 class JobStatusIn(BaseModel):
@@ -381,7 +381,7 @@ def router(
         claimed = await bridge.claim(
             body.worker_id,
             [JOB_TYPE],
-            max(body.wait, NEXT_JOB_MIN_WAIT_S),
+            NEXT_JOB_WAIT_S,
             gone=request.is_disconnected,
             container_types=[JOB_TYPE],
             hosts=allowed.served(body.worker_id, None),

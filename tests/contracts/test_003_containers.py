@@ -106,14 +106,16 @@ class Sims:
         )
         return found
 
-    def next_job(self, worker_id: str, wait: float = 10) -> dict[str, Any] | None:
-        answer = self.hub.http.post(
-            "/api/agent/next-job", json={"worker_id": worker_id, "wait": wait}
-        )
-        if answer.status_code == 204:
-            return None
-        got: dict[str, Any] = ok(answer)
-        return got
+    def next_job(self, worker_id: str, within: float = 10) -> dict[str, Any] | None:
+        """Ask as the design's worker does (again after a 204) until `within` is over."""
+        deadline = time.monotonic() + within
+        while True:
+            answer = self.hub.http.post("/api/agent/next-job", json={"worker_id": worker_id})
+            if answer.status_code != 204:
+                got: dict[str, Any] = ok(answer)
+                return got
+            if time.monotonic() >= deadline:
+                return None
 
     def report(self, job_id: str, worker_id: str, status: str, **extra: Any) -> httpx.Response:
         body = {"job_id": job_id, "worker_id": worker_id, "status": status, **extra}
@@ -321,7 +323,7 @@ def test_run_simulation_maps_the_designs_body_and_names_its_fields_when_refused(
     queue = {entry["job_id"]: entry for entry in ok(hub.http.get("/queue"))}
     assert queue[job_id] == {"job_id": job_id, "preferred_host": host, "require_host": True}
     assert job_id in [row["job_id"] for row in ok(hub.http.get("/jobs"))]
-    assert sims.next_job(f"other-{uuid.uuid4().hex[:6]}", wait=1) is None  # pinned elsewhere
+    assert sims.next_job(f"other-{uuid.uuid4().hex[:6]}", within=1) is None  # pinned elsewhere
     payload = sims.next_job(host)
     assert payload is not None and payload["job_id"] == job_id
     assert payload["config_path"] == "configs/demo.yaml" and payload["require_host"] is True
