@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from fastapi import Depends, FastAPI
 
-from api.contracts import admission_001, targets_004
+from api.contracts import admission_001, containers_003, targets_004
 from api.contracts.mounting import ContractSettings
 from api.deps import Services, require_token
 from api.metrics_registry import Metrics
 
 # Each design's router factory; 000 is the hub's own routes (api/routes/), always on.
-ROUTERS = {"001": admission_001.router, "004": targets_004.router}
+ROUTERS = {
+    "001": admission_001.router,
+    "003": containers_003.router,
+    "004": targets_004.router,
+}
 
 
 def mount(app: FastAPI, settings: ContractSettings, metrics: Metrics) -> None:

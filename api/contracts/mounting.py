@@ -43,6 +43,12 @@ class ContractSettings(BaseSettings):
     prefix_004: str = Field(
         default="", pattern=PREFIX_PATTERN, validation_alias="CONTRACT_PREFIX_004"
     )
+    # 003: its shared storage root (logs, progress and results its containers write),
+    # and how long a simulation may go without a status update before it is stale.
+    shared_data: str | None = Field(default=None, validation_alias="VM_SHARED_DATA")
+    job_status_ttl: float | None = Field(
+        default=None, ge=1, le=3600, validation_alias="JOB_STATUS_TTL"
+    )
 
     @field_validator("contracts")
     @classmethod
