@@ -41,12 +41,12 @@ from api.contracts.containers_003_views import (
     renamed,
 )
 from api.contracts.mounting import ContractSettings
-from api.contracts.states import state_name
 from api.deps import BridgeDep, ConfigDep, JobsDep, Services, WorkersDep
 from api.job_service import LIST_LIMIT_MAX, JobService, job_id_for_key
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
 from engine import log_store
+from workflows.contract_states import state_name
 from workflows.errors import HostNotAvailable, InvalidField, JobConflict, JobNotFound
 from workflows.host_models import HostInfo, WorkerNotFound
 from workflows.models import WORKER_ID_PATTERN, Job, JobStatus, WorkerInfo

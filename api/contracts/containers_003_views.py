@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from api.contracts.states import state_name
+from workflows.contract_states import state_name
 from workflows.errors import Failure, InvalidField
 from workflows.models import HOST_PATTERN, Job, JobSpec, JobStatus
 
