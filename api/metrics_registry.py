@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -13,6 +14,7 @@ from api.job_views import JobViews
 from api.task_queue_stats import Backlogs, TaskQueueMetricsSettings, TaskQueueStats
 from engine.connection import TemporalSettings
 
+log = logging.getLogger("jobforge.metrics")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 QUEUE_LABELS = ["task_queue", "kind", "job_type"]
 
@@ -88,7 +90,7 @@ class Metrics:
     async def render(self, views: JobViews) -> bytes:
         """Refresh the scrape-time gauges (their calls made at once) and render the
         text format."""
-        extra = asyncio.gather(*(refresh() for refresh in self._refreshers))
+        extra = asyncio.gather(*(self._refreshed(refresh) for refresh in self._refreshers))
         counts, oldest, backlogs = await asyncio.gather(
             views.counts(None), views.oldest_pending_age_s(), self._backlogs()
         )
@@ -99,6 +101,15 @@ class Metrics:
         if backlogs is not None:
             self._set_backlogs(backlogs)
         return generate_latest(self.registry)
+
+    @staticmethod
+    async def _refreshed(refresh: Callable[[], Awaitable[None]]) -> None:
+        """One extra set of gauges; a failure leaves them as they were and the rest of
+        the scrape stands (the core's gauges do not depend on an adapter's)."""
+        try:
+            await refresh()
+        except Exception as err:
+            log.warning("a metrics refresh failed: %s", err)
 
     async def _backlogs(self) -> Backlogs | None:
         return None if self._task_queues is None else await self._task_queues.backlogs()

@@ -71,3 +71,17 @@ def test_setup_against_an_unreachable_server_fails_with_one_clear_line() -> None
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("error: cannot register search attributes")
+
+
+async def test_a_dev_server_on_a_kept_data_dir_gets_the_attributes_added_since(
+    bare_server: DevServer, tmp_path: Path
+) -> None:
+    # The flags only count when the namespace is made: a data dir from a jobforge that
+    # had fewer attributes keeps its old set unless the start adds the rest.
+    bare_server.stop()
+    again = DevServer(tmp_path, port=free_port(), ui_port=None)
+    again.start()
+    try:
+        assert set(search_attributes.REGISTRATION) <= await registered(again)
+    finally:
+        again.stop()

@@ -133,3 +133,23 @@ async def test_concurrent_scrapes_cost_one_set_of_at_most_cap_plus_one_calls() -
     ]
     assert first.queues[1].task_queue == "act-type-00"
     assert first.queues[1].backlog == len("act-type-00")
+
+
+async def test_a_failing_extra_refresh_leaves_the_rest_of_the_scrape_standing() -> None:
+    from api.metrics_registry import Metrics
+
+    class Views:  # the core gauges' reads, answered at once
+        async def counts(self, _job_type: str | None) -> dict[str, int]:
+            return {"pending": 3}
+
+        async def oldest_pending_age_s(self) -> float:
+            return 1.5
+
+    async def broken() -> None:
+        raise RuntimeError("invalid search attribute")
+
+    metrics = Metrics()
+    metrics.add_refresher(broken)
+    text = (await metrics.render(Views())).decode()  # type: ignore[arg-type]
+    assert 'jobforge_jobs{status="pending"} 3.0' in text
+    assert "jobforge_oldest_pending_age_seconds 1.5" in text

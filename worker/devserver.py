@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from activities.runner import dying_with_parent
+from engine.connection import TemporalSettings
 from workflows import search_attributes
 
 # Dynamic config that matters for dispatch latency and jobforge's queries (DESIGN §7).
@@ -150,6 +153,7 @@ class DevServer:
         for port in (self.port, self.ui_port):
             if port is not None and port_in_use(port):
                 raise OSError(f"port {port} is already in use")
+        kept = (self.data_dir / "temporal.sqlite").exists()
         log = (self.log_path or self.data_dir / "temporal.log").open("ab")
         self.process = subprocess.Popen(
             command,
@@ -163,9 +167,21 @@ class DevServer:
             started = time.monotonic()
             wait_for_port(self.port, deadline_s, self.process)
             wait_healthy(self.address, deadline_s - (time.monotonic() - started), self.process)
+            if kept and self.register_attributes:
+                self._add_missing_attributes()
         except BaseException:
             self.stop()
             raise
+
+    def _add_missing_attributes(self) -> None:
+        """The `--search-attribute` flags take effect only when the namespace is made: a
+        data dir kept from an older jobforge lacks the attributes added since. Add them
+        (from a thread: the caller may be inside an event loop)."""
+        from worker.cluster_setup import register_search_attributes
+
+        temporal = TemporalSettings(address=self.address, namespace=self.namespace)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, register_search_attributes(temporal)).result()
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """TERM, then KILL if it lingers."""
