@@ -90,6 +90,14 @@ class JobList:
 
 
 KNOWN_TYPES_TTL_S = 1.0
+# Statuses of open jobs only: a list of them is the live backlog, bounded however many
+# jobs have closed (api/visibility.py reads it through its own index).
+BACKLOG_STATUSES = {
+    JobStatus.PENDING.value,
+    JobStatus.ASSIGNED.value,
+    JobStatus.RUNNING.value,
+    JobStatus.STOP_REQUESTED.value,
+}
 SPEC_FIELDS = set(JobSpec.model_fields)
 
 
@@ -118,6 +126,7 @@ class JobService:
         self._solver_urls = solver_urls
         self._tokens = visibility.PageTokens(settings.forge_ingest_secret)
         self._reader = JobReader(client, self.get)
+        self._cutoffs = visibility.Cutoffs()
         self._registered_types: set[str] = set()
         self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
 
@@ -335,8 +344,15 @@ class JobService:
             after = rows.next_token
         else:
             start = offset + (int(token) if token and token.isdigit() else 0)
+            chosen = {status.value} if status is not None else set(statuses)
             rows = await visibility.by_priority(
-                self._client, query, offset=start, limit=limit, thresholds=self._settings.thresholds
+                self._client,
+                query,
+                offset=start,
+                limit=limit,
+                thresholds=self._settings.thresholds,
+                backlog=bool(chosen) and chosen <= BACKLOG_STATUSES,
+                cutoffs=self._cutoffs,
             )
             after = str(rows.next_offset).encode() if rows.next_offset is not None else None
         jobs = await self._reader.read_all(rows.executions)

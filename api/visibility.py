@@ -39,8 +39,11 @@ from workflows.models import PRIORITY_LIMIT
 MAX_PAGE = 1000
 # A priority (or start-time) range is split into this many parts per round of counts.
 FANOUT = 8
-# Rows of one priority listed whole, and sorted here, rather than narrowed by counts.
-SMALL_GROUP = 500
+# Rows of one priority listed whole, and sorted here, rather than narrowed by counts
+# (a listing costs about 0.5 ms a row); a larger group is narrowed to the rows a page
+# needs and at most SLACK more.
+SMALL_GROUP = 150
+SLACK = 60
 # A range wider than this with an end within NEAR_ZERO of zero is cut by decades.
 DECADES_FROM = 1000
 NEAR_ZERO = 100
@@ -125,9 +128,20 @@ async def count(client: Client, query: str) -> int:
     return (await client.count_workflows(query)).count
 
 
-def _priority_between(low: int, high: int) -> str:
+def _priority_between(low: int, high: int, backlog: bool = False) -> str:
+    """Priority in [low, high]. For a `backlog` query (open jobs of one status: a set
+    bounded by the live backlog) the range is written as what it excludes, which no
+    index serves, so SQL visibility scans the backlog's own index instead of every job
+    of that priority (measured at 100,000 jobs: 25 ms against 365 ms)."""
     name = search_attributes.PRIORITY.name
-    return f"{name} = {low}" if low == high else f"{name} BETWEEN {low} AND {high}"
+    if not backlog:
+        return f"{name} = {low}" if low == high else f"{name} BETWEEN {low} AND {high}"
+    parts = []
+    if low > -PRIORITY_LIMIT:
+        parts.append(f"{name} NOT BETWEEN {-PRIORITY_LIMIT - 1} AND {low - 1}")
+    if high < PRIORITY_LIMIT:
+        parts.append(f"{name} NOT BETWEEN {high + 1} AND {PRIORITY_LIMIT + 1}")
+    return " AND ".join(parts) or f"{name} IS NOT NULL"
 
 
 def _split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
@@ -166,17 +180,35 @@ def _buckets(thresholds: Sequence[int]) -> list[tuple[int, int]]:
 
 
 async def by_priority(
-    client: Client, query: str, *, offset: int, limit: int, thresholds: Sequence[int]
+    client: Client,
+    query: str,
+    *,
+    offset: int,
+    limit: int,
+    thresholds: Sequence[int],
+    backlog: bool = False,
+    cutoffs: Cutoffs | None = None,
 ) -> Rows:
-    """Rows `offset` to `offset + limit` by priority descending, then oldest first."""
+    """Rows `offset` to `offset + limit` by priority descending, then oldest first.
+
+    Ranges are counted from the highest down, and only as far as the page reaches: the
+    crowded priorities below a page are never counted. `backlog`: the query matches
+    only open jobs of one status (see `_priority_between`). `cutoffs` keeps the start
+    times that narrowed a priority before, checked by one count when used again."""
     start, end = offset, offset + limit
     position = 0  # rows of higher priority than the ranges still to look at
     pending = _buckets(thresholds)
-    counted = await _counts(client, query, pending)
+    counted: list[int | None] = [None] * len(pending)
     picked: list[WorkflowExecution] = []
+
+    def within(low: int, high: int) -> str:
+        return f"{query} AND {_priority_between(low, high, backlog)}"
+
     while pending and position < end:
         low, high = pending.pop(0)
         n = counted.pop(0)
+        if n is None:
+            n = await count(client, within(low, high))
         if n == 0:
             continue
         if position + n <= start:
@@ -185,34 +217,60 @@ async def by_priority(
         if low != high:
             parts = _split(low, high, FANOUT)
             pending[:0] = parts
-            counted[:0] = await _counts(client, query, parts)
+            counted[:0] = await asyncio.gather(*(count(client, within(*r)) for r in parts))
             continue
-        group = f"{query} AND {_priority_between(low, low)}"
         first, last = max(start - position, 0), min(end - position, n)
-        picked += await _oldest(client, group, n, first, last)
+        picked += await _oldest(client, within(low, low), n, first, last, cutoffs)
         position += n
     more = position > end or any(counted)
+    if not more and position == end and any(c is None for c in counted):
+        rest = [r for r, c in zip(pending, counted, strict=True) if c is None]
+        more = any(await asyncio.gather(*(count(client, within(*r)) for r in rest)))
     return Rows(picked, next_offset=end if more else None)
 
 
-async def _counts(client: Client, query: str, ranges: list[tuple[int, int]]) -> list[int]:
-    return list(
-        await asyncio.gather(
-            *(count(client, f"{query} AND {_priority_between(lo, hi)}") for lo, hi in ranges)
-        )
-    )
+class Cutoffs:
+    """Start times that narrowed a priority to its oldest rows, per query and depth.
+
+    Reused only while still right: one count shows that the rows started by then
+    number at least the page's end (jobs taken since have not left it short) and at
+    most SLACK more (jobs re-queued since have not crowded it). New jobs start later,
+    so they never fall before it."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._kept: dict[tuple[str, int], float] = {}
+
+    def get(self, query: str, last: int) -> float | None:
+        return self._kept.get((query, last))
+
+    def put(self, query: str, last: int, cutoff: float) -> None:
+        if len(self._kept) >= self._size:
+            self._kept.pop(next(iter(self._kept)))
+        self._kept[(query, last)] = cutoff
 
 
 async def _oldest(
-    client: Client, query: str, n: int, first: int, last: int
+    client: Client, query: str, n: int, first: int, last: int, cutoffs: Cutoffs | None = None
 ) -> list[WorkflowExecution]:
-    """Rows `first` to `last` of the `n` matching `query`, oldest started first."""
+    """Rows `first` to `last` of the `n` matching `query`, oldest started first. A
+    listing costs about 0.5 ms a row, so a large group is first narrowed by counts to
+    its `last` oldest rows and at most SLACK more."""
     if n > SMALL_GROUP:
-        # Narrow to the `last` oldest by start time: a cut-off every row before which
-        # is among them, found by counts.
-        cutoff = await _start_cutoff(client, query, last, slack=SMALL_GROUP, resolution_s=0.001)
-        query = f"{query} AND StartTime <= '{_iso(cutoff)}'"
-        n = await count(client, query)
+        cutoff = cutoffs.get(query, last) if cutoffs is not None else None
+        narrowed = None
+        if cutoff is not None:
+            narrowed = f"{query} AND StartTime <= '{_iso(cutoff)}'"
+            n = await count(client, narrowed)
+            if not last <= n <= last + SLACK:
+                narrowed = None
+        if narrowed is None:
+            cutoff = await _start_cutoff(client, query, last, slack=SLACK, resolution_s=0.001)
+            narrowed = f"{query} AND StartTime <= '{_iso(cutoff)}'"
+            n = await count(client, narrowed)
+            if cutoffs is not None:
+                cutoffs.put(query, last, cutoff)
+        query = narrowed
     rows = (await recent(client, query, offset=0, limit=n)).executions
     rows.sort(key=lambda e: (e.start_time, e.id))
     return rows[first:last]

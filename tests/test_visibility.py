@@ -85,24 +85,40 @@ async def probes(client: Client) -> AsyncIterator[list[Probe]]:
     )
 
 
-async def ids_by_priority(probe: Probe, offset: int, limit: int) -> list[str]:
+async def ids_by_priority(
+    probe: Probe,
+    offset: int,
+    limit: int,
+    *,
+    backlog: bool = False,
+    cutoffs: visibility.Cutoffs | None = None,
+    query: str | None = None,
+) -> list[str]:
     rows = await visibility.by_priority(
-        probe.client, probe.query, offset=offset, limit=limit, thresholds=THRESHOLDS
+        probe.client,
+        query or probe.query,
+        offset=offset,
+        limit=limit,
+        thresholds=THRESHOLDS,
+        backlog=backlog,
+        cutoffs=cutoffs,
     )
     return [execution.id for execution in rows.executions]
 
 
+@pytest.mark.parametrize("backlog", [False, True])
 async def test_priority_order_spans_buckets_values_and_pages(
-    client: Client, probes: list[Probe]
+    client: Client, probes: list[Probe], backlog: bool
 ) -> None:
     priorities = [0, 5, -3, 5, 10, 0, -3, 250_000, -40, 1, 9, -1_000_000, 1_000_000, 0]
     probe = await start_probe(client, priorities)
     probes.append(probe)
     expected = probe.by_priority()
 
-    assert await ids_by_priority(probe, 0, len(expected) + 5) == expected
+    assert await ids_by_priority(probe, 0, len(expected) + 5, backlog=backlog) == expected
     for offset in range(0, len(expected), 3):
-        assert await ids_by_priority(probe, offset, 3) == expected[offset : offset + 3]
+        page = await ids_by_priority(probe, offset, 3, backlog=backlog)
+        assert page == expected[offset : offset + 3]
     rows = await visibility.by_priority(
         client, probe.query, offset=len(expected) - 2, limit=2, thresholds=THRESHOLDS
     )
@@ -117,6 +133,7 @@ async def test_a_priority_larger_than_a_small_group_is_narrowed_by_start_time(
     client: Client, probes: list[Probe], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(visibility, "SMALL_GROUP", 4)
+    monkeypatch.setattr(visibility, "SLACK", 2)
     probe = await start_probe(client, [0] * 30 + [3, 3])
     probes.append(probe)
     expected = probe.by_priority()
@@ -124,6 +141,24 @@ async def test_a_priority_larger_than_a_small_group_is_narrowed_by_start_time(
     assert await ids_by_priority(probe, 0, 5) == expected[:5]
     assert await ids_by_priority(probe, 12, 6) == expected[12:18]
     assert await ids_by_priority(probe, 29, 10) == expected[29:]
+
+    # A start time that narrowed a page is kept and used again while still right; once
+    # the oldest rows have left the query (jobs taken), it is found anew.
+    cutoffs = visibility.Cutoffs()
+    running = f"{probe.query} AND ExecutionStatus = 'Running'"
+    for _ in range(2):
+        page = await ids_by_priority(probe, 2, 5, cutoffs=cutoffs, query=running)
+        assert page == expected[2:7]
+    taken = expected[2:6]
+    for workflow_id in taken:
+        await client.get_workflow_handle(workflow_id).terminate()
+
+    async def gone() -> bool:
+        return await visibility.count(client, running) == len(expected) - len(taken)
+
+    await wait_until_async(gone, what="the taken rows closed")
+    left = [workflow_id for workflow_id in expected if workflow_id not in taken]
+    assert await ids_by_priority(probe, 2, 5, cutoffs=cutoffs, query=running) == left[2:7]
 
 
 async def test_recent_order_pages_with_offsets_and_tokens(
