@@ -214,13 +214,13 @@ async def by_priority(
         if position + n <= start:
             position += n  # wholly before the page: skipped for the price of a count
             continue
-        if low != high:
+        if low != high and n > SMALL_GROUP:
             parts = _split(low, high, FANOUT)
             pending[:0] = parts
             counted[:0] = await asyncio.gather(*(count(client, within(*r)) for r in parts))
             continue
         first, last = max(start - position, 0), min(end - position, n)
-        picked += await _oldest(client, within(low, low), n, first, last, cutoffs)
+        picked += await _oldest(client, within(low, high), n, first, last, cutoffs)
         position += n
     more = position > end or any(counted)
     if not more and position == end and any(c is None for c in counted):
@@ -253,9 +253,10 @@ class Cutoffs:
 async def _oldest(
     client: Client, query: str, n: int, first: int, last: int, cutoffs: Cutoffs | None = None
 ) -> list[WorkflowExecution]:
-    """Rows `first` to `last` of the `n` matching `query`, oldest started first. A
-    listing costs about 0.5 ms a row, so a large group is first narrowed by counts to
-    its `last` oldest rows and at most SLACK more."""
+    """Rows `first` to `last` of the `n` matching `query` in the claim order: a small
+    range of priorities is listed whole; a larger one (one priority only) is first
+    narrowed by counts to its `last` oldest rows and at most SLACK more, since a listing
+    costs about 0.5 ms a row."""
     if n > SMALL_GROUP:
         cutoff = cutoffs.get(query, last) if cutoffs is not None else None
         narrowed = None
@@ -272,8 +273,15 @@ async def _oldest(
                 cutoffs.put(query, last, cutoff)
         query = narrowed
     rows = (await recent(client, query, offset=0, limit=n)).executions
-    rows.sort(key=lambda e: (e.start_time, e.id))
+    rows.sort(key=_claim_order)
     return rows[first:last]
+
+
+def _claim_order(execution: WorkflowExecution) -> tuple[int, datetime, str]:
+    """Priority descending, then oldest started first (a small range of priorities is
+    listed whole and sorted here)."""
+    priority = execution.typed_search_attributes.get(search_attributes.PRIORITY) or 0
+    return (-priority, execution.start_time, execution.id)
 
 
 async def _start_cutoff(
