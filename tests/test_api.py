@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from api.job_views import TtlCache
 from api.main import create_app
 from api.routes.jobs import RESERVED_JOB_PATHS
 from tests.conftest import REGISTERED_TYPE, SECRET, Api, wait_until
@@ -795,3 +797,12 @@ def test_an_api_without_temporal_is_still_healthy(dead_api: httpx.Client) -> Non
 
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+def test_counts_say_when_they_were_made(api: Api) -> None:
+    before = int(time.time() * 1000)
+    answer = api.http.get("/api/jobs/counts")
+    assert answer.status_code == 200
+    as_of = int(answer.headers["X-Counts-As-Of"])
+    # Made by this call or kept from one at most METRICS_CACHE_MS times STALE_MAX before it.
+    assert before - 2000 * TtlCache.STALE_MAX <= as_of <= int(time.time() * 1000)

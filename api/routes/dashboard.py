@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from api.deps import Authorized, ConfigDep, ViewsDep
@@ -39,10 +39,15 @@ async def jobs_page(
 
 
 @router.get("/jobs/counts", response_model=dict[str, int])
-async def jobs_counts(views: ViewsDep, type: TypeFilter = None) -> dict[str, int]:
+async def jobs_counts(
+    views: ViewsDep, response: Response, type: TypeFilter = None
+) -> dict[str, int]:
     """How many jobs are in each status; `cancelled` (failed by a cancel) is counted
-    apart from `failed`."""
-    return await views.counts(type)
+    apart from `failed`. `X-Counts-As-Of` says when they were made (epoch ms): they are
+    reused METRICS_CACHE_MS, and a kept answer is given while a fresh one is made."""
+    counted, as_of = await views.counts_timed(type)
+    response.headers["X-Counts-As-Of"] = str(as_of)
+    return counted
 
 
 @router.get("/config", response_model=UiConfig)

@@ -240,7 +240,10 @@ async function start() {
   try {
     state.config = await getJson("/api/config");
     const cacheMs = state.config.counts_cache_ms || 0;
-    settleCounts = cacheMs > 0 ? debounce(() => guard(loadCounts), cacheMs + 250) : () => {};
+    settleCounts =
+      cacheMs > 0
+        ? debounce(() => guard(() => loadCountsSince(Date.now() - cacheMs - 250)), cacheMs + 250)
+        : () => {};
   } catch (err) {
     if (!(err instanceof Unauthorized)) {
       setStreamState("offline", "offline");
@@ -288,21 +291,36 @@ function renderChipsPressed() {
   }
 }
 
+// Shows the counts; returns when the API made them (epoch ms, X-Counts-As-Of).
 async function loadCounts() {
   const type = state.type;
   const params = new URLSearchParams();
   if (type) params.set("type", type);
-  const counts = await getJson(`/api/jobs/counts?${params}`);
-  if (!state.running || type !== state.type) return;
+  const response = await api(`/api/jobs/counts?${params}`);
+  if (!response.ok) throw new Error(await errorText(response));
+  const counts = await response.json();
+  const asOf = Number(response.headers.get("X-Counts-As-Of")) || Date.now();
+  if (!state.running || type !== state.type) return asOf;
   const total = STATUSES.reduce((sum, s) => sum + (counts[s] || 0), 0);
   for (const [status, count] of [["all", total], ...STATUSES.map((s) => [s, counts[s] || 0])]) {
     $(`#status-chips [data-count="${status}"]`).textContent = count;
   }
+  return asOf;
 }
 
-// The API reuses counts for `counts_cache_ms` (METRICS_CACHE_MS): a re-read right after
-// an event may still get the old ones, so one more follows once that window has passed.
+// The API reuses counts for `counts_cache_ms` (METRICS_CACHE_MS), and gives a kept answer
+// while it makes a fresh one: once that window has passed, the counts are read again
+// until they were made after the events that asked for them (a few reads at most).
+const SETTLE_TRIES = 10;
+const SETTLE_RETRY_MS = 500;
 let settleCounts = () => {};
+
+async function loadCountsSince(since) {
+  for (let tries = 0; tries < SETTLE_TRIES && state.running; tries += 1) {
+    if ((await loadCounts()) >= since) return;
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_RETRY_MS));
+  }
+}
 
 // Counts (and page 1, when its rows changed here) are re-read shortly after events.
 const refreshSoon = debounce(
