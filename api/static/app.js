@@ -257,9 +257,11 @@ async function start() {
   $("#sign-out").hidden = false;
   showError("");
   renderChips();
+  // The jobs table first: the other panels' reads (counts, fleet, gates) cost more as
+  // the jobs pile up, and on a small server they would slow the first rows down.
+  await guard(loadPage);
   await Promise.all([
-    guard(loadCounts), guard(loadPage), guard(loadFleet), guard(loadGroups), guard(loadPools),
-    guard(loadTargets),
+    guard(loadCounts), guard(loadFleet), guard(loadGroups), guard(loadPools), guard(loadTargets),
   ]);
   openStream();
   schedulePanels();
