@@ -60,9 +60,7 @@ class TtlCache:
         value, _ = await self.get_timed(key, compute)
         return value
 
-    async def get_timed(
-        self, key: str, compute: Callable[[], Awaitable[T]]
-    ) -> tuple[T, int]:
+    async def get_timed(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, int]:
         """The kept value of `key` (or `compute()`'s), and when it was computed (epoch
         ms): a reader that saw a change after that time reads again."""
         if self._ttl_s <= 0:

@@ -263,7 +263,7 @@ def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> lis
             continue
         if (a, b) in REQUEUE_EDGES and reason == "requeued":
             continue
-        if HOST_EDGES.get((a, b)) == reason:
+        if (a, b) in HOST_EDGES and HOST_EDGES[(a, b)] == reason:
             continue
         problems.append(f"{job_id}: edge {a}->{b} ({reason}) in {[s for _, s, _ in steps]}")
     return problems

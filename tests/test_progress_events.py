@@ -82,6 +82,7 @@ TRANSITION_FIELDS = {
     "worker_id",
     "reason",
     "by",
+    "fail_reason",
 }
 
 

@@ -4,7 +4,6 @@ process."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -19,6 +18,7 @@ from activities.container import ContainerRuntime
 from activities.solver import SolverLimits, SolverSource, split_command
 from activities.solver_cache import FetchLimits, SolverCache
 from engine.solver_urls import SolverUrlSettings
+from workflows.container_models import split_list
 from workflows.models import HOST_PATTERN
 
 
@@ -28,18 +28,6 @@ def _default_node_id() -> str:
 
 def _physical_ram_gb() -> float:
     return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-
-
-def _json_or_csv(value: Any) -> Any:
-    """`["a","b"]` or `a,b`; an empty string is an empty list."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if not text:
-        return []
-    if text.startswith("["):
-        return json.loads(text)
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 class SolverSettings(SolverUrlSettings):
@@ -133,7 +121,7 @@ class WorkerSettings(BaseSettings):
     @field_validator("types", "tags", "container_types", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
-        return _json_or_csv(value)
+        return split_list(value)
 
 
 class ContainerSettings(BaseSettings):
@@ -162,7 +150,7 @@ class ContainerSettings(BaseSettings):
     @field_validator("volume_prefixes", "image_allow", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
-        return _json_or_csv(value)
+        return split_list(value)
 
     def runtime_client(self) -> ContainerRuntime | None:
         """The runtime container jobs run with, or None when none is configured."""

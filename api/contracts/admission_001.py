@@ -17,6 +17,7 @@ workers.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 from prometheus_client import Counter, Gauge
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from api import visibility
 from api.contracts.mounting import ContractSettings
@@ -37,6 +38,7 @@ from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, 
 from workflows.models import (
     COST_UNITS_LIMIT,
     GATE_KEY_PATTERN,
+    MAX_RUNTIME_MS_LIMIT,
     WORKER_ID_PATTERN,
     Job,
     JobSpec,
@@ -51,6 +53,8 @@ BASE = "/api/system/scheduler/queue"
 PRIORITIES = {"CRITICAL": 10, "HIGH": 5, "NORMAL": 0, "LOW": -5}
 PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
 JOB_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
+# An expected duration is kept, not used: bounded only to stay a plain number.
+MAX_DURATION_SEC = 365 * 24 * 3600.0
 # jobforge's field → the design's, for a 422 that names the field the client sent.
 FIELD_NAMES = {
     "type": "job_type",
@@ -89,16 +93,25 @@ class IntentIn(BaseModel):
     cost_units: Annotated[int, Field(strict=True, ge=1, le=COST_UNITS_LIMIT)]
     priority: Literal["LOW", "NORMAL", "HIGH", "CRITICAL"] | int = "NORMAL"
     constraints: dict[str, JsonValue] = Field(default_factory=dict)
-    expected_duration_sec: Annotated[float, Field(ge=0)] | None = None
+    expected_duration_sec: Annotated[float, Field(ge=0, le=MAX_DURATION_SEC)] | None = None
     payload: dict[str, JsonValue] = Field(default_factory=dict)
     time_sensitive: bool = False
     earliest_start_at: datetime | None = None
     deadline_at: datetime | None = None
-    max_runtime_sec: Annotated[float, Field(gt=0)] | None = None
-    tags: list[str] = Field(default_factory=list)
+    max_runtime_sec: Annotated[float, Field(gt=0, le=MAX_RUNTIME_MS_LIMIT / 1000)] | None = None
+    tags: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=100)
     admission_only: bool = Field(
         default=False, description="Approve now or deny with retry_after_sec; queue nothing"
     )
+
+    @field_validator("tags", "constraints")
+    @classmethod
+    def _utf8(cls, value: Any) -> Any:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except (UnicodeEncodeError, ValueError):
+            raise ValueError("not valid UTF-8 JSON (a lone surrogate?)") from None
+        return value
 
     def spec(self, pool: str) -> JobSpec:
         """The jobforge job this intent is; a 422 names the design's field."""

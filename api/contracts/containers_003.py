@@ -394,7 +394,10 @@ def router(
     @routes.post(
         "/api/agent/job-status",
         response_model=Reported,
-        responses={409: {"description": "Not a valid transition, or not this worker's job"}},
+        responses={
+            404: {"description": "No such job"},
+            409: {"description": "Not a valid transition, or not this worker's job"},
+        },
     )
     async def job_status(
         body: JobStatusIn, jobs: JobsDep, bridge: BridgeDep, workers: WorkersDep

@@ -5,6 +5,7 @@ admission-only answer with `retry_after_sec`."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -174,14 +175,18 @@ def test_a_failed_attempt_is_queued_again_and_its_old_lease_is_refused(
         ({"cost_units": 0}, "cost_units"),
         ({"earliest_start_at": "tomorrow"}, "earliest_start_at"),
         ({"payload": {"x": "y" * 70_000}}, "payload"),
+        ({"max_runtime_sec": 1.5e308}, "max_runtime_sec"),
+        ({"tags": ["\udcff"]}, "tags"),
+        ({"earliest_start_at": "0069-12-04T16:41:56Z"}, "earliest_start_at"),
     ],
 )
 def test_a_bad_intent_is_a_422_naming_the_designs_field(
     hub: Api, addon: str, body: dict[str, Any], field: str
 ) -> None:
+    # As JSON text with escapes: a lone surrogate cannot be sent as UTF-8.
+    text = json.dumps({"addon_id": addon, "job_type": "indexing", "cost_units": 30, **body})
     answer = hub.http.post(
-        f"{BASE}/jobs/submit",
-        json={"addon_id": addon, "job_type": "indexing", "cost_units": 30, **body},
+        f"{BASE}/jobs/submit", content=text, headers={"Content-Type": "application/json"}
     )
     assert answer.status_code == 422, answer.text
     assert field in answer.text
