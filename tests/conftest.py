@@ -18,15 +18,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench import harness
+from bench import harness as bench
 from bench.harness import CHROMIUM, CHROMIUM_ARGS, Proc, wait_until
 from worker.devserver import DevServer, free_port, wait_for_port
+
+if TYPE_CHECKING:
+    from tests.workflow_harness import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "test-secret"
@@ -185,8 +190,8 @@ def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Pr
     started: list[Proc] = []
 
     def start(args: list[str], env: dict[str, str]) -> Proc:
-        proc = harness.spawn(
-            harness.jobforge(*args), logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log", env
+        proc = bench.spawn(
+            bench.jobforge(*args), logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log", env
         )
         started.append(proc)
         return proc
@@ -525,3 +530,21 @@ def page(browser: Browser) -> Iterator[Page]:
     context.set_default_timeout(BROWSER_TIMEOUT_MS)
     yield context.new_page()
     context.close()
+
+
+# -- in-process workflow tests (tests/workflow_harness.py) --------------------------------
+
+
+@pytest.fixture(scope="module")
+async def client(temporal: DevServer) -> Client:
+    """A client of the session's dev server with the product's data converter."""
+    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+
+
+@pytest.fixture
+async def harness(client: Client) -> AsyncIterator[Harness]:
+    """A fresh task queue with JobWorkflow, GateWorkflow and the stand-in run_job on it."""
+    from tests.workflow_harness import running_harness  # it imports this module
+
+    async with running_harness(client) as running:
+        yield running

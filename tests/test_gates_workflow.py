@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from temporalio import workflow
@@ -22,13 +21,11 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
-from tests.workflow_harness import Harness, JobHandle, now_ms, running_harness, statuses
-from worker.devserver import DevServer
+from tests.workflow_harness import Harness, JobHandle, now_ms, statuses
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GatePatch, GateSettings, GateView, TargetResume
 from workflows.job_workflow import JobWorkflow
@@ -36,17 +33,6 @@ from workflows.models import AttemptInput, AttemptResult, Job, JobSpec, JobStatu
 from workflows.names import GRANT_SIGNAL, RELEASE_SIGNAL
 
 HOLD_MS = 600_000
-
-
-@pytest.fixture(scope="module")
-async def client(temporal: DevServer) -> Client:
-    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
-
-
-@pytest.fixture
-async def harness(client: Client) -> AsyncIterator[Harness]:
-    async with running_harness(client) as harness:
-        yield harness
 
 
 def gates_for(harness: Harness, **defaults: float) -> Gates:

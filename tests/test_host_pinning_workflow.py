@@ -11,33 +11,19 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
-from tests.workflow_harness import Harness, JobHandle, now_ms, running_harness, statuses
-from worker.devserver import DevServer
+from tests.workflow_harness import Harness, JobHandle, now_ms, statuses
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateSettings
 from workflows.job_workflow import HOST_PINNING_PATCH
 from workflows.models import JobSpec, JobStatus, WaitingFor
 
 WAIT_MS = 600
-
-
-@pytest.fixture(scope="module")
-async def client(temporal: DevServer) -> Client:
-    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
-
-
-@pytest.fixture
-async def harness(client: Client) -> AsyncIterator[Harness]:
-    async with running_harness(client) as harness:
-        yield harness
 
 
 @asynccontextmanager

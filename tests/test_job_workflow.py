@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -21,7 +20,6 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -34,7 +32,6 @@ from tests.workflow_harness import (
     running_harness,
     statuses,
 )
-from worker.devserver import DevServer
 from workflows import job_workflow
 from workflows.errors import AttemptFailureDetails, ErrorType
 from workflows.job_workflow import JobWorkflow
@@ -44,19 +41,6 @@ from workflows.models import (
     JobStatus,
 )
 from workflows.names import BRIDGE_IDENTITY_PREFIX
-
-
-@pytest.fixture(scope="module")
-async def client(temporal: DevServer) -> Client:
-    """A client of the session's dev server with the product's data converter."""
-    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
-
-
-@pytest.fixture
-async def harness(client: Client) -> AsyncIterator[Harness]:
-    """A fresh task queue with JobWorkflow and the stand-in run_job on it."""
-    async with running_harness(client) as harness:
-        yield harness
 
 
 def unserved_queue() -> str:

@@ -5,33 +5,19 @@ attempt activity (tests/workflow_harness.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
-from tests.workflow_harness import Harness, now_ms, running_harness, statuses
-from worker.devserver import DevServer
+from tests.workflow_harness import Harness, now_ms, statuses
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateSettings
 from workflows.job_workflow import JobWorkflow
 from workflows.models import JobSpec, JobStatus
-
-
-@pytest.fixture(scope="module")
-async def client(temporal: DevServer) -> Client:
-    return await Client.connect(temporal.address, data_converter=pydantic_data_converter)
-
-
-@pytest.fixture
-async def harness(client: Client) -> AsyncIterator[Harness]:
-    async with running_harness(client) as harness:
-        yield harness
 
 
 async def test_a_running_job_stops_and_its_attempt_is_cancelled(harness: Harness) -> None:
