@@ -49,6 +49,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from api import visibility
 from api.settings import DEFAULT_PRIORITY_THRESHOLDS
 from bench.harness import (
     CHROMIUM,
@@ -467,6 +468,41 @@ async def measure(bench: Bench, jobs: int) -> None:
         cached.stop(timeout=20)
 
 
+# -- where the time goes ----------------------------------------------------------------
+
+
+async def visibility_costs(client: Client, jobs: int, rounds: int = 5) -> None:
+    """What the list and count routes are made of, timed alone (p50 of `rounds`): a count
+    of pending jobs at one priority with the range written as an inclusion (SQLite takes
+    the priority index) and as exclusions (it keeps the status index); a count of the
+    completed jobs; a listing of pending rows, per row."""
+    pending = f"{JOBS} AND {search_attributes.STATUS.name} = 'pending'"
+    completed = f"{JOBS} AND {search_attributes.STATUS.name} = 'completed'"
+    name = search_attributes.PRIORITY.name
+    probes = {
+        "count pending at priority 0, inclusion": f"{pending} AND {name} BETWEEN 0 AND 0",
+        "count pending at priority 0, exclusions": (
+            f"{pending} AND {name} NOT BETWEEN -1000001 AND -1 AND {name} NOT BETWEEN 1 AND 1000001"
+        ),
+        "count completed": completed,
+    }
+    for label, query in probes.items():
+        times = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            found = await count(client, query)
+            times.append((time.perf_counter() - t0) * 1000)
+        print(f"jobs={jobs} cost {label} ({found} rows): {percentile(times, 50):.0f} ms")
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        rows = (await visibility.recent(client, pending, offset=0, limit=1000)).executions
+        times.append((time.perf_counter() - t0) * 1000 / max(len(rows), 1))
+    print(
+        f"jobs={jobs} cost listing pending rows ({len(rows)}): {percentile(times, 50):.2f} ms a row"
+    )
+
+
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -488,7 +524,9 @@ async def run(bench: Bench) -> None:
             print(f"\n== step: {step} jobs (load {load_average()})", flush=True)
             await fill_to(bench, client, temporal, step, final)
             if not args.fill_only:
-                await measure(bench, await count(client, JOBS))
+                present = await count(client, JOBS)
+                await visibility_costs(client, present)
+                await measure(bench, present)
 
 
 def parse_steps(text: str) -> list[int]:
