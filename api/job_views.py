@@ -41,7 +41,8 @@ class TtlCache:
 
     Stale while revalidating: past its time, a kept answer is still given at once while
     one refresh runs behind it, so a caller never waits on a count that grows with the
-    job count (at 100,000 jobs on SQLite visibility one set of counts took 0.34 s, bench.list_at_scale).
+    job count (at 100,000 jobs on SQLite visibility one set of counts took 0.34 s,
+    bench.list_at_scale).
     An answer more than STALE_MAX times its time old is not given: the caller waits
     for the refresh (and sees its error, if Temporal is down)."""
 

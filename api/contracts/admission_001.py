@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 
 from api import visibility
 from api.contracts.mounting import ContractSettings
+from api.contracts.units import epoch_ms, iso
 from api.deps import BridgeDep, JobsDep, Services, WorkersDep
 from api.job_views import TtlCache
 from api.metrics_registry import Metrics
@@ -124,8 +125,8 @@ class IntentIn(BaseModel):
             "group": self.addon_id,
             "pool": pool,
             "cost_units": self.cost_units,
-            "earliest_start_at": _ms(self.earliest_start_at),
-            "deadline_at": _ms(self.deadline_at),
+            "earliest_start_at": epoch_ms(self.earliest_start_at),
+            "deadline_at": epoch_ms(self.deadline_at),
             "admission": "reject" if self.admission_only else "queue",
             "meta": {
                 "constraints": self.constraints,
@@ -208,14 +209,14 @@ class Intent(BaseModel):
             priority=PRIORITY_NAMES.get(job.priority, job.priority),
             constraints=_dict(meta.get("constraints")),
             expected_duration_sec=_number(meta.get("expected_duration_sec")),
-            created_at=_iso(job.created_at) or "",
+            created_at=iso(job.created_at) or "",
             state=shown,
             attempts=job.attempts,
-            next_earliest_start_at=_iso(start) if waiting else None,
+            next_earliest_start_at=iso(start) if waiting else None,
             lease_id=lease_id(job) if shown in ("DISPATCHING", "RUNNING") else None,
             payload=job.params,
             time_sensitive=bool(meta.get("time_sensitive")),
-            deadline_at=_iso(job.deadline_at),
+            deadline_at=iso(job.deadline_at),
             max_runtime_sec=job.max_runtime_ms / 1000,
             tags=[str(tag) for tag in _list(meta.get("tags"))],
             result=job.result,
@@ -275,7 +276,7 @@ def events(job: Job) -> list[IntentEvent]:
     """The audit trail in the design's names (§9)."""
     out: list[IntentEvent] = []
     for transition in job.transitions:
-        at = _iso(transition.ts)
+        at = iso(transition.ts)
         match transition.status:
             case JobStatus.PENDING:
                 name = "SUBMITTED" if transition.seq == 1 else "QUEUED"
@@ -309,20 +310,6 @@ def events(job: Job) -> list[IntentEvent]:
         out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
         out.append(IntentEvent(event="DISPATCHING", at=None, reason="dispatchable"))
     return out
-
-
-def _ms(value: datetime | None) -> int | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return round(value.timestamp() * 1000)
-
-
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _dict(value: object) -> dict[str, JsonValue]:

@@ -18,13 +18,13 @@ style. The tenant comes from `X-Tenant` or `?tenant=`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from pydantic import BaseModel, Field, JsonValue
 
 from api.contracts.mounting import ContractSettings
+from api.contracts.units import iso
 from api.deps import GatesDep, JobsDep, Services
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
@@ -101,22 +101,16 @@ class TargetJob(BaseModel):
             target_id=target_id,
             status=shown,
             lease_owner=job.worker_id if held else None,
-            lease_expires_at=_iso(job.lease_expires_at) if held else None,
+            lease_expires_at=iso(job.lease_expires_at) if held else None,
             cancel_requested=job.status == JobStatus.STOP_REQUESTED,
             message=message,
             type=job.type,
             params=job.params,
             result=job.result,
             attempts=job.attempts,
-            created_at=_iso(job.created_at) or "",
-            updated_at=_iso(job.transitions[-1].ts if job.transitions else job.created_at) or "",
+            created_at=iso(job.created_at) or "",
+            updated_at=iso(job.transitions[-1].ts if job.transitions else job.created_at) or "",
         )
-
-
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 async def _job_of(jobs: JobsDep, key: str, job_id: str) -> Job:
