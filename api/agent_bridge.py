@@ -36,7 +36,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.job_service import JobService
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
-from workflows.errors import ErrorType, Failure, JobConflict, JobNotFound
+from engine.hosts import HostSettings
+from workflows.errors import ErrorType, Failure, HostNotAvailable, JobConflict, JobNotFound
 from workflows.models import (
     AttemptInput,
     AttemptReport,
@@ -99,10 +100,17 @@ class QueuePump:
 class Bridge:
     """Claim, heartbeat, result and fail for HTTP agents."""
 
-    def __init__(self, client: Client, temporal: TemporalSettings, jobs: JobService) -> None:
+    def __init__(
+        self,
+        client: Client,
+        temporal: TemporalSettings,
+        jobs: JobService,
+        hosts: HostSettings | None = None,
+    ) -> None:
         self._client = client
         self._temporal = temporal
         self._jobs = jobs
+        self._hosts = hosts or HostSettings()
         self._pumps: dict[str, QueuePump] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._identity = f"{BRIDGE_IDENTITY_PREFIX}{socket.gethostname()}"
@@ -116,17 +124,17 @@ class Bridge:
         wait_s: float,
         gone: Callable[[], Awaitable[bool]] | None = None,
         container_types: list[str] | None = None,
-        hosts: Sequence[str] = (),
         host: str | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
         `gone` tells whether the claimer hung up; a task is then passed on, not lost.
         `container_types`: the claimer also runs container jobs of these types (empty:
-        of every type it claims); None: no container jobs. `hosts`: the host ids whose
-        pinned jobs it takes too (their queues are polled beside the shared ones);
-        `host`: its node name, recorded on the job.
+        of every type it claims); None: no container jobs. `host`: its node name,
+        recorded on the job. Jobs pinned to it or to `worker_id` come too (their queues
+        are polled beside the shared ones); a claimer outside AVAILABLE_HOSTS is refused.
         """
+        hosts = self.hosts_of(worker_id, host)
         deadline = time.monotonic() + wait_s
         while True:
             queues = await self._queues(types, hosts, container_types)
@@ -142,6 +150,13 @@ class Bridge:
             claimed = await self._hand_over(worker_id, delivery.task, host or worker_id)
             if claimed is not None:
                 return claimed
+
+    def hosts_of(self, worker_id: str, host: str | None) -> list[str]:
+        """The host ids whose pinned jobs this claimer takes; HostNotAvailable (403)
+        for a claimer outside AVAILABLE_HOSTS."""
+        if not self._hosts.allows_worker(worker_id, host):
+            raise HostNotAvailable(worker_id, host)
+        return self._hosts.served(worker_id, host)
 
     async def _queues(
         self,

@@ -99,7 +99,7 @@ def create_app(
             client=client,
             jobs=job_service,
             views=JobViews(client, settings.forge_ingest_secret, settings.metrics_cache_ms),
-            bridge=Bridge(client, temporal, job_service),
+            bridge=Bridge(client, temporal, job_service, settings.hosts),
             workers=WorkerDirectory(client, temporal, settings.heartbeat_timeout_s),
             feed=feed,
             gates=GateService(

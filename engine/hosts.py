@@ -7,11 +7,12 @@ A worker serves under two host ids: its worker id (`NODE_ID`) and its node name
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from workflows.container_models import split_list
 
 
 def host_ids(worker_id: str, host: str | None) -> list[str]:
@@ -32,13 +33,7 @@ class HostSettings(BaseSettings):
     @field_validator("available_hosts", mode="before")
     @classmethod
     def _list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                value = json.loads(text)
-            else:
-                value = [part.strip() for part in text.split(",") if part.strip()]
-        return value or None
+        return split_list(value) or None
 
     def allows(self, host: str) -> bool:
         """Whether a job may be pinned to `host`."""

@@ -498,6 +498,7 @@ def router(
         request: Request, body: ClaimIn, jobs: JobsDep, bridge: BridgeDep, workers: WorkersDep
     ) -> Intent | Response:
         """The addon's worker takes the next admitted intent and holds its lease."""
+        bridge.hosts_of(body.worker_id, None)  # refused before any wait
         await workers.seen(body.worker_id)
         prefix = f"{body.addon_id}."
         deadline = time.monotonic() + body.wait_sec

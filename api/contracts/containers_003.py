@@ -371,12 +371,8 @@ def router(
         body: NextJobIn,
         bridge: BridgeDep,
         workers: WorkersDep,
-        config: ConfigDep,
     ) -> Payload | Response:
         """The next simulation for this worker: its own pinned ones, then any."""
-        allowed = config.api.hosts
-        if not allowed.allows_worker(body.worker_id, None):
-            raise HostNotAvailable(body.worker_id, None)
         await workers.seen(body.worker_id)
         claimed = await bridge.claim(
             body.worker_id,
@@ -384,7 +380,6 @@ def router(
             NEXT_JOB_WAIT_S,
             gone=request.is_disconnected,
             container_types=[JOB_TYPE],
-            hosts=allowed.served(body.worker_id, None),
         )
         if claimed is None:
             return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -8,9 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from api.deps import Authorized, BridgeDep, ConfigDep, MetricsDep, WorkersDep
+from api.deps import Authorized, BridgeDep, MetricsDep, WorkersDep
 from api.routes.jobs import JobId
-from workflows.errors import HostNotAvailable
 from workflows.models import HOST_PATTERN, TYPE_PATTERN, WORKER_ID_PATTERN, ClaimedJob, JobStatus
 
 router = APIRouter(prefix="/api", tags=["agents"], dependencies=[Authorized])
@@ -99,13 +98,9 @@ async def claim_job(
     bridge: BridgeDep,
     workers: WorkersDep,
     metrics: MetricsDep,
-    config: ConfigDep,
 ) -> ClaimedJob | Response:
     """Claim the next job (highest priority first), long-polling up to `wait` seconds:
     a job of the shared queue, or one pinned to `worker_id` or `host`."""
-    hosts = config.api.hosts
-    if not hosts.allows_worker(body.worker_id, body.host):
-        raise HostNotAvailable(body.worker_id, body.host)
     await workers.seen(body.worker_id)
     claimed = await bridge.claim(
         body.worker_id,
@@ -113,7 +108,6 @@ async def claim_job(
         max(body.wait, CLAIM_MIN_WAIT_S),
         gone=request.is_disconnected,
         container_types=body.claimed_container_types,
-        hosts=hosts.served(body.worker_id, body.host),
         host=body.host,
     )
     if claimed is None:

@@ -212,3 +212,18 @@ def test_metrics_show_the_queue_by_state_per_addon_and_the_admission_decisions(
     assert "jobforge_001_oldest_queued_age_seconds" in text
     assert 'jobforge_001_admission_decisions_total{decision="approved",reason="admitted"}' in text
     assert 'jobforge_001_admission_decisions_total{decision="queued",reason="submitted"}' in text
+
+
+def test_an_addon_worker_outside_available_hosts_is_refused_as_every_claimer_is(
+    start_api: Callable[..., Api], addon: str
+) -> None:
+    guarded = start_api(AVAILABLE_HOSTS="rack-1", SCHEDULER_POOL=POOL)
+    try:
+        submit(guarded, addon, cost_units=1)  # the addon's type exists: a claim polls it
+        answer = guarded.http.post(
+            f"{BASE}/jobs/claim", json={"addon_id": addon, "worker_id": "elsewhere"}
+        )
+        assert answer.status_code == 403, answer.text
+        assert claim(guarded, addon, "rack-1") is not None  # a listed host claims it
+    finally:
+        guarded.proc.stop(timeout=15)
