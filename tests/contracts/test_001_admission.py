@@ -217,7 +217,13 @@ def test_metrics_show_the_queue_by_state_per_addon_and_the_admission_decisions(
 def test_an_addon_worker_outside_available_hosts_is_refused_as_every_claimer_is(
     start_api: Callable[..., Api], addon: str
 ) -> None:
-    guarded = start_api(AVAILABLE_HOSTS="rack-1", SCHEDULER_POOL=POOL)
+    guarded = start_api(
+        AVAILABLE_HOSTS="rack-1",
+        SCHEDULER_POOL=POOL,
+        # Its own attempt queues: the session's worker, which serves every type on the
+        # default ones, must not take the intent first.
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"c001-guarded-{uuid.uuid4().hex[:8]}-",
+    )
     try:
         submit(guarded, addon, cost_units=1)  # the addon's type exists: a claim polls it
         answer = guarded.http.post(
