@@ -368,9 +368,13 @@ def test_the_agent_heartbeat_keeps_its_known_telemetry_and_hosts_show_it(hub: Ap
         )
     )
     assert beat == {"worker_id": worker, "ignored": ["load"]}
-    # The snapshot is read from visibility: the new worker shows within moments.
+    # The snapshot is read from visibility: the new worker, then its telemetry, shows
+    # within moments (its registration and its first beat are two updates).
     shown: dict[str, Any] = wait_until(
-        lambda: next((h for h in ok(hub.http.get("/hosts")) if h["worker_id"] == worker), None),
+        lambda: next(
+            (h for h in ok(hub.http.get("/hosts")) if h["worker_id"] == worker and h["info"]),
+            None,
+        ),
         timeout=30,
         what=f"{worker} in /hosts",
     )
