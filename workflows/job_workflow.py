@@ -38,15 +38,13 @@ with workflow.unsafe.imports_passed_through():
         GateSettings,
         ReleaseOutcome,
     )
+    from workflows.job_states import OPEN, STOPPABLE, JobMachine, JobStatus
     from workflows.models import (
         WAITING_AT,
         AttemptReport,
         AttemptResult,
-        FailRecord,
         Job,
         JobInput,
-        JobStatus,
-        Transition,
         WaitingFor,
         events_memo,
         pending_job,
@@ -77,18 +75,6 @@ with workflow.unsafe.imports_passed_through():
 # is the backstop for a worker that cannot (it also covers the solver download).
 ATTEMPT_TIMEOUT_SLACK = timedelta(minutes=10)
 
-# A stop of these is answered (a repeated stop changes nothing).
-STOPPABLE = (
-    JobStatus.PENDING,
-    JobStatus.ASSIGNED,
-    JobStatus.RUNNING,
-    JobStatus.STOP_REQUESTED,
-    JobStatus.STOPPED,
-)
-
-# A job not ended yet (an operator may quarantine or re-queue it).
-LIVE = (JobStatus.PENDING, JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED)
-
 # Patch: jobs with a group, pool, target, start time or deadline take the scheduled
 # path (gates, clocks); a job with none of them never reaches this marker.
 SCHEDULING_PATCH = "scheduling-gates"
@@ -118,12 +104,12 @@ class JobWorkflow:
 
     @workflow.init
     def __init__(self, inp: JobInput) -> None:
-        self._attempt = 0
+        self._job = pending_job(inp)
+        # The job's status changes, checked against the one table (workflows/job_states.py).
+        self._machine = JobMachine(self._job)
         self._claimed_attempt = 0
         self._handle: workflow.ActivityHandle[AttemptResult] | None = None
         self._cancelled = False
-        self._unpublished = False
-        self._job = pending_job(inp)
         # The scheduled path's state (docs/scheduling.md).
         self._attempts_base = 0
         self._asked: set[str] = set()
@@ -153,6 +139,15 @@ class JobWorkflow:
             self._asked.update(inp.granted)
             self._leases.update(inp.granted)
             self._weight = inp.gate_weight
+
+    @property
+    def _attempt(self) -> int:
+        """The current (or last) attempt's number; transitions are stamped with it."""
+        return self._machine.attempt
+
+    @_attempt.setter
+    def _attempt(self, attempt: int) -> None:
+        self._machine.attempt = attempt
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
@@ -656,7 +651,7 @@ class JobWorkflow:
     @ops_requeue.validator
     def _validate_ops_requeue(self) -> None:
         status = self._job.status
-        if (self._held and not self._requeued) or (status in LIVE and not self._interrupted()):
+        if (self._held and not self._requeued) or (status in OPEN and not self._interrupted()):
             return
         raise ApplicationError(
             f"job is {status.value}; only a job that has not completed or closed can be re-queued",
@@ -676,7 +671,7 @@ class JobWorkflow:
             job.fail_reason = reason
             job.completed_at = now
             job.waiting_for = None
-            job.fail_history.append(FailRecord(reason=reason, worker_id=job.worker_id, ts=now))
+            self._machine.record_failure(reason, now)
             self._transition(JobStatus.QUARANTINED, reason=reason, by="ops")
             self._publish()
             if self._handle is not None:
@@ -686,7 +681,7 @@ class JobWorkflow:
     @ops_fail.validator
     def _validate_ops_fail(self, reason: str) -> None:  # noqa: ARG002 - the update's
         status = self._job.status
-        if status in LIVE and not self._interrupted():
+        if status in OPEN and not self._interrupted():
             return
         raise ApplicationError(
             f"job is {status.value}; it has ended already",
@@ -822,19 +817,13 @@ class JobWorkflow:
     # -- transitions ---------------------------------------------------------------
 
     def _claim(self, attempt: int, worker_id: str | None, ts: int, host: str | None) -> None:
-        job = self._job
         self._claimed_attempt = attempt
-        job.attempts += 1
-        job.worker_id = worker_id
-        job.host = host
-        job.claimed_at = ts
-        job.heartbeat_at = ts
         if self._pinned:
             # Claimed: a later attempt waits for its host afresh.
-            job.waiting_for = None
+            self._job.waiting_for = None
             self._host_until = None
             self._fell_back = False
-        self._transition(JobStatus.ASSIGNED)
+        self._machine.claim(worker_id, ts, host, _now_ms())
 
     def _complete(self, outcome: AttemptResult) -> None:
         job = self._job
@@ -872,7 +861,7 @@ class JobWorkflow:
             job.heartbeat_at = details.started_at
             self._transition(JobStatus.RUNNING)
         job.fail_reason = reason
-        job.fail_history.append(FailRecord(reason=reason, worker_id=job.worker_id, ts=now))
+        self._machine.record_failure(reason, now)
         if details.log_tail is not None:
             job.log_tail = details.log_tail
         self._transition(JobStatus.FAILED, reason=reason)
@@ -908,9 +897,7 @@ class JobWorkflow:
         """The attempt failed on its own after a stop was asked: the failure is recorded
         and the job ends stopped (no retry)."""
         reason, _ = _classify(err)
-        self._job.fail_history.append(
-            FailRecord(reason=reason, worker_id=self._job.worker_id, ts=_now_ms())
-        )
+        self._machine.record_failure(reason, _now_ms())
         self._transition(JobStatus.FAILED, reason=reason)
         self._mark_stopped()
         self._publish()
@@ -929,28 +916,14 @@ class JobWorkflow:
         """Record a status change, stamped with workflow time: the clock of the search
         attribute `JobforgeUpdatedAt`, so the event stream can order and resume by it.
         A reporter's own times land in claimed_at/heartbeat_at/completed_at."""
-        job = self._job
-        job.status = status
-        job.transitions.append(
-            Transition(
-                seq=len(job.transitions) + 1,
-                status=status,
-                ts=_now_ms(),
-                attempt=self._attempt,
-                attempts=job.attempts,
-                worker_id=job.worker_id,
-                reason=reason,
-                by=by,
-            )
-        )
-        self._unpublished = True
+        self._machine.move(status, _now_ms(), reason=reason, by=by)
 
     def _publish(self) -> None:
         """Mirror the job into search attributes and memo, once per workflow task
         (each upsert is a history event, and the job path is what throughput costs)."""
-        if not self._unpublished:
+        if not self._machine.changed:
             return
-        self._unpublished = False
+        self._machine.changed = False
         job = self._job
         workflow.upsert_search_attributes(
             [

@@ -26,6 +26,7 @@ from pydantic import (
 from workflows.container_models import ContainerSpec
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateRef, GateSettings
+from workflows.job_states import JobStatus
 
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PARAMS_MAX_BYTES = 64 * 1024
@@ -128,20 +129,6 @@ class Progress(BaseModel):
             return cls(fraction=float(value), message=message[:PROGRESS_MESSAGE_MAX] or None, at=at)
         except ValueError:
             return None
-
-
-class JobStatus(StrEnum):
-    """The spec's statuses. `failed` is transient unless the job was cancelled."""
-
-    PENDING = "pending"
-    ASSIGNED = "assigned"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    QUARANTINED = "quarantined"
-    # Job control (docs/api.md): a running job asked to stop, and one that did.
-    STOP_REQUESTED = "stop_requested"
-    STOPPED = "stopped"
 
 
 def _json_depth(value: Any, depth: int = 1) -> int:

@@ -1,0 +1,257 @@
+"""A job's statuses and the one table of its legal changes (docs/architecture.md).
+
+Pure: stdlib only at import, no I/O, no clocks, so the workflow sandbox, the API, the
+workers, the CLI and the tests all read the same table. `JobStatus`, the named sets and
+`is_ended` are defined here and nowhere else (tests/test_job_states.py checks it);
+`JobMachine` applies a change to a job and refuses one the table does not hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workflows.models import Job
+
+
+class JobStatus(StrEnum):
+    """The spec's statuses. `failed` is transient unless the job was cancelled."""
+
+    PENDING = "pending"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    QUARANTINED = "quarantined"
+    # Job control (docs/api.md): a running job asked to stop, and one whose work is gone.
+    STOP_REQUESTED = "stop_requested"
+    STOPPED = "stopped"
+
+
+# Every status in the order a job meets them: lists, counts and the CLI show them so.
+STATUS_ORDER: tuple[JobStatus, ...] = tuple(JobStatus)
+
+# -- reasons that name an edge ---------------------------------------------------------
+
+CANCELLED = "cancelled"
+DEADLINE_EXCEEDED = "deadline_exceeded"
+HOST_UNAVAILABLE = "host_unavailable"
+REQUEUED = "requeued"
+PREFERRED_HOST_TIMEOUT = "preferred_host_timeout"
+DISPATCH_TIMEOUT = "dispatch_timeout"
+
+# A job that reads `failed` with one of these reasons has ended; any other `failed` is
+# an attempt's failure on its way back to `pending` (or on to `quarantined`).
+FINAL_FAILED_REASONS: frozenset[str] = frozenset({CANCELLED, DEADLINE_EXCEEDED, HOST_UNAVAILABLE})
+
+# -- the named sets --------------------------------------------------------------------
+
+P, A, R = JobStatus.PENDING, JobStatus.ASSIGNED, JobStatus.RUNNING
+C, F, Q = JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.QUARANTINED
+SR, S = JobStatus.STOP_REQUESTED, JobStatus.STOPPED
+
+# A worker holds the job's attempt and works on it (a heartbeat may come).
+CLAIMED: frozenset[JobStatus] = frozenset({A, R})
+# A worker holds the attempt, and its work may still be alive (a stop not done yet).
+HELD: frozenset[JobStatus] = CLAIMED | {SR}
+# Not ended: the job may still change by itself.
+OPEN: frozenset[JobStatus] = HELD | {P}
+# A status an ended job may read (`failed` only with a final reason: `is_ended`).
+ENDED: frozenset[JobStatus] = frozenset({C, F, Q, S})
+# Always ended, whatever the reason.
+TERMINAL: frozenset[JobStatus] = frozenset({C, Q, S})
+# A cancel is answered for these (the job ends failed, `cancelled`).
+CANCELLABLE: frozenset[JobStatus] = frozenset({P, A})
+# A stop is answered for these (a repeated stop changes nothing).
+STOPPABLE: frozenset[JobStatus] = OPEN | {S}
+# Counted together as a backlog: waiting for a worker.
+BACKLOG: frozenset[JobStatus] = frozenset({P})
+
+
+def is_ended(status: JobStatus | str, reason: str | None = None) -> bool:
+    """Whether a job that reads `status` (with `fail_reason`) has ended for good."""
+    status = JobStatus(status)
+    if status == F:
+        return reason in FINAL_FAILED_REASONS
+    return status in TERMINAL
+
+
+def ended_kind(status: JobStatus | str, reason: str | None = None) -> str | None:
+    """An ended job's kind as counts name it: its status, or `cancelled` for a job that
+    reads `failed` with reason `cancelled` (the 000 contract's cancel). None if open."""
+    if not is_ended(status, reason):
+        return None
+    if JobStatus(status) == F and reason == CANCELLED:
+        return CANCELLED
+    return JobStatus(status).value
+
+
+# -- the edges -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A legal change from `source` to `target`; `reasons`, when set, are the only
+    reasons it may carry (None: any reason, or none)."""
+
+    source: JobStatus
+    target: JobStatus
+    why: str
+    reasons: frozenset[str | None] | None = None
+
+
+def _only(*reasons: str | None) -> frozenset[str | None]:
+    return frozenset(reasons)
+
+
+# An operator's re-queue of a live job, and the re-queue of an ended one.
+_REQUEUE = _only(REQUEUED)
+
+EDGES: tuple[Edge, ...] = (
+    Edge(P, A, "a worker claims the attempt"),
+    Edge(P, P, "sent back to wait", _only(PREFERRED_HOST_TIMEOUT, REQUEUED, DISPATCH_TIMEOUT)),
+    Edge(P, F, "cancelled, or not assigned in time", _only(*sorted(FINAL_FAILED_REASONS))),
+    Edge(P, Q, "an operator quarantines it"),
+    Edge(A, R, "the solver process started"),
+    Edge(A, F, "the attempt failed, or the job was cancelled"),
+    Edge(A, P, "an operator re-queues it", _REQUEUE),
+    Edge(A, Q, "an operator quarantines it"),
+    Edge(R, C, "the solver exited 0"),
+    Edge(R, F, "the attempt failed, or an operator cancelled it"),
+    Edge(R, SR, "a stop was asked"),
+    Edge(R, P, "an operator re-queues it", _REQUEUE),
+    Edge(R, Q, "an operator quarantines it"),
+    Edge(SR, S, "the work is gone: process group or container ended, agent reported"),
+    Edge(SR, C, "the attempt ended by itself first"),
+    Edge(SR, F, "the attempt failed by itself first"),
+    Edge(SR, P, "an operator re-queues it", _REQUEUE),
+    Edge(SR, Q, "an operator quarantines it"),
+    Edge(F, P, "retried: attempts are left, or re-queued"),
+    Edge(F, Q, "no attempts left, or a final failure"),
+    Edge(F, S, "the failure came after a stop was asked"),
+    Edge(C, P, "re-queued", _REQUEUE),
+    Edge(Q, P, "re-queued", _REQUEUE),
+    Edge(S, P, "re-queued", _REQUEUE),
+)
+
+_BY_PAIR: dict[tuple[JobStatus, JobStatus], Edge] = {(e.source, e.target): e for e in EDGES}
+
+
+def edge(source: JobStatus | str, target: JobStatus | str) -> Edge | None:
+    """The table's edge from `source` to `target`, if any."""
+    return _BY_PAIR.get((JobStatus(source), JobStatus(target)))
+
+
+def is_legal(source: JobStatus | str, target: JobStatus | str, reason: str | None = None) -> bool:
+    """Whether a job may go from `source` to `target` with `reason`."""
+    found = edge(source, target)
+    return found is not None and (found.reasons is None or reason in found.reasons)
+
+
+def mermaid() -> str:
+    """The table as a Mermaid state diagram (docs/architecture.md holds this text)."""
+    lines = ["stateDiagram-v2", f"    [*] --> {P.value}"]
+    for e in EDGES:
+        label = e.why if e.reasons is None else ", ".join(sorted(r or "-" for r in e.reasons))
+        lines.append(f"    {e.source.value} --> {e.target.value}: {label}")
+    lines.extend(f"    {status.value} --> [*]" for status in (C, Q, S))
+    lines.append(f"    {F.value} --> [*]: {', '.join(sorted(FINAL_FAILED_REASONS))}")
+    return "\n".join(lines)
+
+
+# -- the machine -----------------------------------------------------------------------
+
+
+class IllegalTransitionError(Exception):
+    """A change the table does not hold: a bug in the caller, never a user's input."""
+
+
+class JobMachine:
+    """Owns a job's status changes: each is checked against the table, stamped and
+    appended to `transitions`. The caller passes the clock (workflow time in a
+    workflow), so the machine stays pure."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        # The attempt the transitions are stamped with (the workflow's attempt counter).
+        self.attempt = job.attempt
+        self.changed = False
+
+    @property
+    def status(self) -> JobStatus:
+        return self.job.status
+
+    def move(
+        self, status: JobStatus, now_ms: int, reason: str | None = None, by: str | None = None
+    ) -> None:
+        """Change the job's status, or raise `IllegalTransitionError`."""
+        from workflows.models import Transition
+
+        job = self.job
+        if not is_legal(job.status, status, reason):
+            raise IllegalTransitionError(
+                f"job {job.id}: {job.status.value} -> {status.value} ({reason}) is not an edge"
+            )
+        job.status = status
+        job.transitions.append(
+            Transition(
+                seq=len(job.transitions) + 1,
+                status=status,
+                ts=now_ms,
+                attempt=self.attempt,
+                attempts=job.attempts,
+                worker_id=job.worker_id,
+                reason=reason,
+                by=by,
+            )
+        )
+        self.changed = True
+
+    def claim(self, worker_id: str | None, ts: int, host: str | None, now_ms: int) -> None:
+        """A worker took the current attempt: `assigned`, one more attempt counted."""
+        job = self.job
+        job.attempts += 1
+        job.worker_id = worker_id
+        job.host = host
+        job.claimed_at = ts
+        job.heartbeat_at = ts
+        self.move(A, now_ms)
+
+    def started(self, at: int, now_ms: int) -> None:
+        """The attempt's process started: `running`."""
+        self.job.heartbeat_at = at
+        self.move(R, now_ms)
+
+    def release_worker(self) -> None:
+        """The attempt is over and the job waits again: no worker holds it."""
+        job = self.job
+        job.worker_id = None
+        job.host = None
+        job.claimed_at = None
+        job.heartbeat_at = None
+
+    def record_failure(self, reason: str, now_ms: int) -> None:
+        """An attempt's failure, in fail_history."""
+        from workflows.models import FailRecord
+
+        job = self.job
+        job.fail_history.append(FailRecord(reason=reason, worker_id=job.worker_id, ts=now_ms))
+
+    def end(
+        self, status: JobStatus, now_ms: int, reason: str | None, by: str | None = None
+    ) -> None:
+        """The job ends in `status` (with `fail_reason` = `reason`)."""
+        job = self.job
+        job.fail_reason = reason
+        job.completed_at = now_ms
+        job.waiting_for = None
+        self.move(status, now_ms, reason=reason, by=by)
+
+    def requeue(self, now_ms: int, by: str | None = None) -> None:
+        """Back to `pending` for a fresh attempt: re-queued by an operator or a gate."""
+        job = self.job
+        job.completed_at = None
+        self.release_worker()
+        self.move(P, now_ms, reason=REQUEUED, by=by)
