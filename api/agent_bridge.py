@@ -38,15 +38,8 @@ from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.hosts import HostSettings
 from workflows.errors import ErrorType, Failure, HostNotAvailable, JobConflict, JobNotFound
-from workflows.models import (
-    AttemptInput,
-    AttemptReport,
-    AttemptResult,
-    ClaimedJob,
-    Job,
-    JobStatus,
-    Progress,
-)
+from workflows.job_states import CLAIMED, JobStatus
+from workflows.models import AttemptInput, AttemptReport, AttemptResult, ClaimedJob, Job, Progress
 from workflows.names import (
     BRIDGE_IDENTITY_PREFIX,
     CLAIM_UPDATE,
@@ -62,7 +55,6 @@ MAX_POLLS_PER_QUEUE = 4
 HOLD_S = 1.0
 # How long a call for a just-claimed job waits for the workflow to apply the claim.
 CLAIM_APPLY_WAIT_S = 2.0
-HELD_STATUSES = (JobStatus.ASSIGNED, JobStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -316,7 +308,7 @@ class Bridge:
             job = await self._jobs.get(job_id)
         if job.cancelled or job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED):
             raise _cancelled(job_id)
-        if job.status not in HELD_STATUSES or job.worker_id != worker_id:
+        if job.status not in CLAIMED or job.worker_id != worker_id:
             raise JobConflict(
                 f"job is not held by worker {worker_id} (status {job.status.value})",
                 id=job_id,
@@ -402,6 +394,8 @@ class Bridge:
             and job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED)
             and job.worker_id == worker_id
         ):
+            if job.status == JobStatus.STOP_REQUESTED:
+                await self._stopped(job)
             return JobStatus.STOPPED
         job = await self._held_by(job_id, worker_id, job)
         handle = self._attempt_activity(job)
@@ -417,6 +411,21 @@ class Bridge:
             if final or job.attempts >= job.max_attempts
             else JobStatus.PENDING
         )
+
+    async def _stopped(self, job: Job) -> None:
+        """The agent's solver is gone after a stop: the attempt ends cancelled, and the
+        job reads `stopped` (it stays `stop_requested` until then, holding its leases).
+        An attempt whose cancel is not recorded yet ends failed `stopped` instead; one
+        that is over already has nothing left to end."""
+        handle = self._attempt_activity(job)
+        try:
+            await handle.report_cancellation()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return
+            log.info("attempt of %s not cancelled yet (%s): failing it stopped", job.id, err)
+            with contextlib.suppress(RPCError):
+                await handle.fail(ApplicationError(STOPPED_REASON, type=ErrorType.AGENT_FAILURE))
 
 
 # The reason an agent reports once it killed its solver after a stop (docs/workers.md).

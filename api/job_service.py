@@ -18,6 +18,7 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     WorkflowExecution,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -50,11 +51,11 @@ from workflows.errors import (
     TemporalCallFailed,
     TemporalUnavailable,
 )
+from workflows.job_states import OPEN, JobMachine, JobStatus
 from workflows.models import (
     Job,
     JobInput,
     JobSpec,
-    JobStatus,
     ListOrder,
     Progress,
     events_memo,
@@ -92,13 +93,10 @@ class JobList:
 KNOWN_TYPES_TTL_S = 1.0
 # Statuses of open jobs only: a list of them is the live backlog, bounded however many
 # jobs have closed (api/visibility.py reads it through its own index).
-BACKLOG_STATUSES = {
-    JobStatus.PENDING.value,
-    JobStatus.ASSIGNED.value,
-    JobStatus.RUNNING.value,
-    JobStatus.STOP_REQUESTED.value,
-}
+BACKLOG_STATUSES = OPEN
 SPEC_FIELDS = set(JobSpec.model_fields)
+# Who re-queues a job through the ops routes, in its transitions (`by`).
+REQUEUED_BY = "ops"
 
 
 def job_id_for_key(key: str) -> str:
@@ -150,7 +148,6 @@ class JobService:
         if spec.deadline_at is not None and spec.deadline_at <= created:
             raise InvalidField("deadline_at", "is in the past")
         gated = spec.group is not None or spec.pool is not None or spec.target is not None
-        holds = spec.group is not None or spec.target is not None
         admitted = Admitted()
         start_later = spec.earliest_start_at is not None and spec.earliest_start_at > created
         if gated and not (start_later and spec.admission != "reject"):
@@ -165,40 +162,13 @@ class JobService:
                 if refused.reason == "cost_above_capacity":
                     raise InvalidField("cost_units", f"is above pool {spec.pool}'s capacity")
                 raise PoolFull(spec.pool, refused.reason or "pool_full", refused.retry_after_s)
-        inp = JobInput(
-            id=job_id,
-            spec=spec,
-            created_at=created,
-            priority_key=priority_key(spec.priority, self._settings.thresholds),
-            activity_task_queue=queue,
-            preferred_task_queue=preferred_queue,
-            heartbeat_timeout_ms=spec.heartbeat_timeout_ms
-            or int(self._settings.heartbeat_timeout_s * 1000),
-            requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
-            cancel_wait_ms=int(self._settings.job_cancel_wait_s * 1000),
-            gates=self._gates.of(spec),
-            gate_defaults=self._settings.gate_defaults() if gated else None,
-            granted=admitted.granted,
-            gate_weight=admitted.weight,
-        )
+        inp = self._job_input(job_id, spec, created, (queue, preferred_queue), admitted)
         job = pending_job(inp)
-        start = self._client.start_workflow(
-            JOB_WORKFLOW,
+        start = self._start(
             inp,
-            id=job_id,
-            task_queue=self._temporal.task_queue,
-            search_attributes=search_attributes.at_submit(
-                spec.type,
-                spec.priority,
-                created,
-                group=spec.group,
-                pool=spec.pool,
-                target=spec.target,
-            ),
+            job,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            static_summary=f"{spec.type} job",
-            memo={EVENTS_MEMO: events_memo(job)},
         )
         try:
             await asyncio.gather(start, self._register_type(spec.type))
@@ -218,6 +188,66 @@ class JobService:
                 )
             return existing
         return job
+
+    def _job_input(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        created: int,
+        queues: tuple[str, str | None],
+        admitted: Admitted,
+        resumed: Job | None = None,
+    ) -> JobInput:
+        """The workflow's input: the spec and what this API decides for it now."""
+        gated = spec.group is not None or spec.pool is not None or spec.target is not None
+        holds = spec.group is not None or spec.target is not None
+        return JobInput(
+            id=job_id,
+            spec=spec,
+            created_at=created,
+            priority_key=priority_key(spec.priority, self._settings.thresholds),
+            activity_task_queue=queues[0],
+            preferred_task_queue=queues[1],
+            heartbeat_timeout_ms=spec.heartbeat_timeout_ms
+            or int(self._settings.heartbeat_timeout_s * 1000),
+            requeue_hold_ms=int(self._settings.requeue_hold_s * 1000) if holds else 0,
+            cancel_wait_ms=int(self._settings.job_cancel_wait_s * 1000),
+            gates=self._gates.of(spec),
+            gate_defaults=self._settings.gate_defaults() if gated else None,
+            granted=admitted.granted,
+            gate_weight=admitted.weight,
+            resumed=resumed,
+            resumed_by=REQUEUED_BY if resumed is not None else None,
+        )
+
+    async def _start(
+        self,
+        inp: JobInput,
+        job: Job,
+        *,
+        id_conflict_policy: WorkflowIDConflictPolicy,
+        id_reuse_policy: WorkflowIDReusePolicy,
+    ) -> WorkflowHandle[Any, Any]:
+        """Start the job's workflow with its search attributes and first memo."""
+        spec = inp.spec
+        return await self._client.start_workflow(
+            JOB_WORKFLOW,
+            inp,
+            id=inp.id,
+            task_queue=self._temporal.task_queue,
+            search_attributes=search_attributes.at_submit(
+                spec.type,
+                spec.priority,
+                inp.created_at,
+                group=spec.group,
+                pool=spec.pool,
+                target=spec.target,
+            ),
+            id_conflict_policy=id_conflict_policy,
+            id_reuse_policy=id_reuse_policy,
+            static_summary=f"{spec.type} job",
+            memo={EVENTS_MEMO: events_memo(job)},
+        )
 
     def _queues(self, spec: JobSpec) -> tuple[str, str | None]:
         """A job's attempt queue, and a preferred host's queue that comes before it
@@ -381,15 +411,70 @@ class JobService:
         job = await self._job_update(job_id, update, ErrorType.JOB_ENDED, *args)
         if job is not None:
             return job
-        wanted = "changed"
         if update == OPS_REQUEUE_UPDATE:
-            # A plain job's end closes its execution; jobs of a group or target stay
-            # open JOB_REQUEUE_HOLD_S for this (docs/operations.md).
-            wanted = (
-                "re-queued: its execution has closed (submit it again; jobs of a group "
-                "or target stay re-queueable for JOB_REQUEUE_HOLD_S)"
+            return await self._requeue_closed(job_id)
+        return await self._closed_as(job_id, "changed", cancelled_ok=False)
+
+    async def _requeue_closed(self, job_id: str) -> Job:
+        """Re-queue a job whose execution has closed (it ended, whatever its end): a new
+        run under the same id carries the job as it ended (transitions, attempts,
+        fail_history) and gives it max_attempts more attempts; then the closed run is
+        deleted, so lists and counts hold the job once (docs/architecture.md, "Retry").
+        It passes its gates again as a submitted job does."""
+        handle = self._handle(job_id)
+        try:
+            closed = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                raise JobNotFound(job_id) from err
+            raise
+        ended = await self.get(job_id)
+        if closed.status == WorkflowExecutionStatus.RUNNING:
+            return ended  # re-queued meanwhile by another call
+        created = now_ms()
+        if ended.deadline_at is not None and ended.deadline_at <= created:
+            # The operator's retry outlives a deadline that has passed.
+            ended.deadline_at = None
+        spec = JobSpec.model_validate(ended.model_dump(include=SPEC_FIELDS))
+        admitted = Admitted()
+        if spec.group is not None or spec.pool is not None or spec.target is not None:
+            admitted = await self._gates.admit(job_id, spec, ended.created_at)
+            if admitted.refused is not None:
+                assert spec.pool is not None
+                refused = admitted.refused
+                raise PoolFull(spec.pool, refused.reason or "pool_full", refused.retry_after_s)
+        inp = self._job_input(
+            job_id, spec, ended.created_at, self._queues(spec), admitted, resumed=ended
+        )
+        resumed = ended.model_copy(deep=True)
+        JobMachine(resumed).requeue(created, by=REQUEUED_BY)
+        try:
+            await self._start(
+                inp,
+                resumed,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             )
-        return await self._closed_as(job_id, wanted, cancelled_ok=False)
+        except WorkflowAlreadyStartedError:
+            # Another call re-queued it first (a gate's admit is per job id: the lease
+            # granted here is that run's).
+            return await self.get(job_id)
+        await self._delete_run(job_id, closed.run_id)
+        if admitted.later:
+            await self._gates.enqueue(job_id, spec, ended.created_at, admitted.later)
+        return resumed
+
+    async def _delete_run(self, job_id: str, run_id: str | None) -> None:
+        """Delete one closed run of a job (its history and its visibility row)."""
+        request = DeleteWorkflowExecutionRequest(
+            namespace=self._client.namespace,
+            workflow_execution=ProtoExecution(workflow_id=job_id, run_id=run_id or ""),
+        )
+        try:
+            await self._client.workflow_service.delete_workflow_execution(request)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
 
     async def cleanup(
         self, older_than_s: float, statuses: list[JobStatus], job_type: str | None = None

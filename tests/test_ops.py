@@ -3,6 +3,7 @@ cancel any job that has not ended, audited `by: "ops"`; cleanup of old closed jo
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +37,6 @@ def test_ops_fail_quarantines_a_pending_job_and_a_second_is_a_409(
     assert (last(job)["status"], last(job)["by"]) == ("quarantined", "ops")
     again = api.http.post(f"/api/ops/jobs/{job_id}/fail", json={"reason": "again"})
     assert again.status_code == 409 and again.json()["status"] == "quarantined"
-    # A plain job's quarantine closed its execution: a re-queue says what to do instead.
-    requeue = api.http.post(f"/api/ops/jobs/{job_id}/requeue")
-    assert requeue.status_code == 409, requeue.text
-    assert "submit it again" in requeue.json()["error"]
     assert api.http.post(f"/api/ops/jobs/{job_id}/fail", json={}).status_code == 422
     assert api.http.post("/api/ops/jobs/nope/fail", json={"reason": "x"}).status_code == 404
 
@@ -67,8 +64,6 @@ def test_ops_requeue_ends_an_agents_attempt_and_starts_another(
     result = api.http.post(f"/api/jobs/{job_id}/result", json={**beat, "result": {"ok": 1}})
     assert result.status_code == 200, result.text
     assert api.wait_status(job_id, "completed")["attempts"] == 2
-    refused = api.http.post(f"/api/ops/jobs/{job_id}/requeue")
-    assert refused.status_code == 409
 
 
 def test_ops_cancel_ends_a_pending_job(start_stack: Callable[..., Stack]) -> None:
@@ -120,3 +115,120 @@ def test_jobforge_ops_fail_and_a_bad_duration(start_stack: Callable[..., Stack])
     assert run.stderr.strip().splitlines() == [
         "error: --older-than: 'soon' is not a duration (like 90s, 15m, 12h, 7d)"
     ]
+
+
+# -- retry: any ended job can be re-queued ---------------------------------------------
+
+
+def _listed(api: Api, job_type: str) -> list[dict[str, Any]]:
+    answer = api.http.get("/api/jobs", params={"type": job_type, "limit": 50})
+    assert answer.status_code == 200, answer.text
+    jobs: list[dict[str, Any]] = answer.json()
+    return jobs
+
+
+def _agent_run(api: Api, job_type: str, job_id: str, *, fail: str | None = None) -> int:
+    """Claim the job's next attempt as an HTTP agent and end it; the attempt's number."""
+    body = {"worker_id": "agent-r", "types": [job_type], "wait": 10}
+    claimed = api.http.post("/api/jobs/claim", json=body)
+    assert claimed.status_code == 200, claimed.text
+    assert claimed.json()["id"] == job_id
+    beat = {"worker_id": "agent-r"}
+    if fail is None:
+        done = api.http.post(f"/api/jobs/{job_id}/result", json={**beat, "result": {"ok": 1}})
+    else:
+        done = api.http.post(f"/api/jobs/{job_id}/fail", json={**beat, "reason": fail})
+    assert done.status_code == 200, done.text
+    attempt: int = claimed.json()["attempt"]
+    return attempt
+
+
+def test_a_quarantined_job_is_retried_under_its_id_with_its_history_and_listed_once(
+    start_stack: Callable[..., Stack],
+) -> None:
+    api = start_stack().api
+    job_type = f"retry-{uuid.uuid4().hex[:8]}"
+    job_id = api.submit(type=job_type, max_attempts=1)
+    assert _agent_run(api, job_type, job_id, fail="solver_exit: 3") == 1
+    api.wait_status(job_id, "quarantined")
+
+    answer = api.http.post(f"/api/ops/jobs/{job_id}/requeue")
+    assert answer.status_code == 200, answer.text
+    job = answer.json()
+    assert (job["id"], job["status"]) == (job_id, "pending")
+    assert (last(job)["reason"], last(job)["by"]) == ("requeued", "ops")
+    # One job, not two runs: the closed run is gone from lists and counts.
+    wait_until(lambda: [j["id"] for j in _listed(api, job_type)] == [job_id], timeout=20)
+    assert _listed(api, job_type)[0]["status"] == "pending"
+
+    def counted_once() -> bool:
+        counts = api.http.get("/api/jobs/counts", params={"type": job_type}).json()
+        return bool(sum(counts.values()) == 1 and counts.get("pending") == 1)
+
+    wait_until(counted_once, timeout=20)
+
+    # max_attempts more attempts; its history goes on.
+    assert _agent_run(api, job_type, job_id) == 2
+    job = api.wait_status(job_id, "completed")
+    assert job["attempts"] == 2
+    assert [f["reason"] for f in job["fail_history"]] == ["solver_exit: 3"]
+    steps = [t["status"] for t in job["transitions"]]
+    assert steps == [
+        "pending", "assigned", "failed", "quarantined",
+        "pending", "assigned", "running", "completed",
+    ]  # fmt: skip
+    assert [t["seq"] for t in job["transitions"]] == list(range(1, len(steps) + 1))
+
+
+def test_completed_cancelled_and_stopped_jobs_are_retried_too(
+    start_stack: Callable[..., Stack],
+) -> None:
+    api = start_stack().api
+    job_type = f"retry-{uuid.uuid4().hex[:8]}"
+    job_id = api.submit(type=job_type)
+    _agent_run(api, job_type, job_id)
+    api.wait_status(job_id, "completed")
+    assert api.http.post(f"/api/ops/jobs/{job_id}/requeue").status_code == 200
+    job = api.wait_status(job_id, "pending")
+    assert job["result"] is None
+    assert api.http.delete(f"/api/jobs/{job_id}").status_code == 204
+    job = api.wait_status(job_id, "failed")
+    assert job["fail_reason"] == "cancelled"
+
+    def closed() -> bool:
+        return _listed(api, job_type)[0].get("status") == "failed"
+
+    wait_until(closed, timeout=20)
+    again = api.http.post(f"/api/ops/jobs/{job_id}/requeue")
+    assert again.status_code == 200, again.text
+    assert again.json()["status"] == "pending"
+    # Its second attempt was scheduled, never claimed, when it was cancelled.
+    assert _agent_run(api, job_type, job_id) == 3
+    job = api.wait_status(job_id, "completed")
+    assert job["attempts"] == 2
+    assert [t["status"] for t in job["transitions"]].count("pending") == 3
+    wait_until(lambda: len(_listed(api, job_type)) == 1, timeout=20)
+
+
+def test_a_job_submitted_with_an_idempotency_key_keeps_it_when_retried(
+    start_stack: Callable[..., Stack],
+) -> None:
+    api = start_stack().api
+    job_type = f"retry-{uuid.uuid4().hex[:8]}"
+    body = {"type": job_type, "max_attempts": 1}
+    key = {"Idempotency-Key": f"k-{uuid.uuid4().hex}"}
+    first = api.http.post("/api/jobs", json=body, headers=key)
+    assert first.status_code in (200, 201), first.text
+    job_id = first.json()["id"]
+    _agent_run(api, job_type, job_id, fail="boom")
+    api.wait_status(job_id, "quarantined")
+    assert api.http.post(f"/api/ops/jobs/{job_id}/requeue").status_code == 200
+    same = api.http.post("/api/jobs", json=body, headers=key)
+    assert same.status_code in (200, 201), same.text
+    assert (same.json()["id"], same.json()["status"]) == (job_id, "pending")
+    wait_until(lambda: len(_listed(api, job_type)) == 1, timeout=20)
+
+
+def test_a_retry_of_an_unknown_job_is_a_404(start_stack: Callable[..., Stack]) -> None:
+    api = start_stack().api
+    assert api.http.post(f"/api/ops/jobs/{uuid.uuid4().hex}/requeue").status_code == 404

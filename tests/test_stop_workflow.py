@@ -15,7 +15,7 @@ from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, now_ms, statuses
 from workflows.errors import ErrorType
-from workflows.gate_models import GateKind, GateSettings
+from workflows.gate_models import GateKind, GatePatch, GateSettings
 from workflows.job_workflow import JobWorkflow
 from workflows.models import JobSpec, JobStatus
 
@@ -191,3 +191,67 @@ async def test_ops_requeue_restarts_a_running_attempt_under_the_same_id(harness:
     assert [(t.status, t.by) for t in requeued] == [(JobStatus.PENDING, "ops")]
     with pytest.raises(RPCError):  # completed and closed: refused
         await handle.execute_update(JobWorkflow.ops_requeue)
+
+
+# -- stopped means the work is gone ---------------------------------------------------
+
+
+async def test_a_stopped_job_reads_stop_requested_until_its_work_is_gone(harness: Harness) -> None:
+    gone = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.linger(gone)
+    handle = await harness.submit()
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    await handle.execute_update(JobWorkflow.stop)
+    await handle.cancel()
+
+    async def cancel_reached_the_worker() -> bool:
+        return harness.stand_in.cancelled == [1]
+
+    await wait_until_async(cancel_reached_the_worker, timeout=10, what="the cancel at the worker")
+    # The worker has the cancel, its process has not exited: the job still says so.
+    job = await harness.job(handle)
+    assert job.status == JobStatus.STOP_REQUESTED
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    gone.set()
+    assert await harness.closed(handle) == WorkflowExecutionStatus.CANCELED
+    job = await harness.job(handle)
+    assert statuses(job)[-3:] == ["running", "stop_requested", "stopped"]
+
+
+async def test_a_stopped_pool_job_keeps_its_lease_until_its_work_is_gone(harness: Harness) -> None:
+    gates = Gates(harness.client, harness.task_queue, GateSettings())
+    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
+    gone = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.linger(gone)
+    spec = JobSpec(type="in-process", pool="p", cost_units=1)
+    first = await harness.submit(spec=spec, gates=gates)
+    await harness.wait_status(first, JobStatus.RUNNING)
+    second = await harness.submit(spec=spec, gates=gates)
+    await first.execute_update(JobWorkflow.stop)
+    await first.cancel()
+
+    async def cancel_reached_the_worker() -> bool:
+        return harness.stand_in.cancelled == [1]
+
+    await wait_until_async(cancel_reached_the_worker, timeout=10, what="the cancel at the worker")
+    # The stopped job's process still runs: the pool's one unit is still its.
+    assert (await harness.job(second)).status == JobStatus.PENDING
+    view = await gates.view(GateKind.POOL, "p")
+    assert view is not None and view.in_use == 1
+    harness.stand_in.default = harness.stand_in.succeed()  # the next attempt runs through
+    gone.set()
+    await harness.wait_status(first, JobStatus.STOPPED)
+    await harness.wait_status(second, JobStatus.COMPLETED)
+
+
+async def test_a_job_whose_worker_dies_during_its_stop_ends_stopped(harness: Harness) -> None:
+    harness.stand_in.default = harness.stand_in.fall_silent(("assigned", "running"))
+    handle = await harness.submit(heartbeat_timeout_ms=1000)
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    await handle.execute_update(JobWorkflow.stop)
+    await handle.cancel()
+    # No worker answers the cancel: the heartbeat timeout says the work is gone.
+    assert await harness.closed(handle) == WorkflowExecutionStatus.CANCELED
+    job = await harness.job(handle)
+    assert job.status == JobStatus.STOPPED
+    assert job.fail_history[-1].reason == "heartbeat_timeout"

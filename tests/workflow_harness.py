@@ -143,6 +143,27 @@ class StandIn:
 
         return play
 
+    def linger(
+        self, gone: asyncio.Event, phases: Iterable[Phase] = ("assigned", "running")
+    ) -> Behaviour:
+        """Report `phases`, heartbeat until cancelled, then stay until `gone` opens (a
+        process that takes its time to die), still heartbeating; then end cancelled."""
+
+        async def play(inp: AttemptInput) -> AttemptResult:
+            await self.send(inp, phases)
+            try:
+                while True:
+                    activity.heartbeat()
+                    await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                self.cancelled.append(inp.attempt)
+                while not gone.is_set():
+                    activity.heartbeat()
+                    await asyncio.sleep(0.02)
+                raise
+
+        return play
+
     def fall_silent(self, phases: Iterable[Phase] = ("assigned",)) -> Behaviour:
         """Report `phases`, then never heartbeat nor finish (a frozen or dead worker)."""
 

@@ -92,6 +92,11 @@ CANCEL_WAIT_PATCH = "cancel-request-wait-bounded"
 # (then fail host_unavailable, or fall back to the shared queue); a job with neither
 # never reaches this marker.
 HOST_PINNING_PATCH = "host-pinning"
+# A cancelled attempt ends when its work is gone (the worker killed the process group or
+# removed the container, the agent reported it stopped, or its heartbeat timed out), not
+# when the cancel is asked: a stopped job reads `stop_requested` until then, and keeps its
+# leases. Before this patch the attempt was given up at once (TRY_CANCEL).
+STOP_WAITS_FOR_WORK_PATCH = "stop-waits-for-the-work"
 
 
 def _now_ms() -> int:
@@ -104,7 +109,7 @@ class JobWorkflow:
 
     @workflow.init
     def __init__(self, inp: JobInput) -> None:
-        self._job = pending_job(inp)
+        self._job = pending_job(inp) if inp.resumed is None else inp.resumed.model_copy(deep=True)
         # The job's status changes, checked against the one table (workflows/job_states.py).
         self._machine = JobMachine(self._job)
         self._claimed_attempt = 0
@@ -139,6 +144,8 @@ class JobWorkflow:
             self._asked.update(inp.granted)
             self._leases.update(inp.granted)
             self._weight = inp.gate_weight
+        if inp.resumed is not None:
+            self._resume(inp.resumed_by)
 
     @property
     def _attempt(self) -> int:
@@ -149,8 +156,24 @@ class JobWorkflow:
     def _attempt(self, attempt: int) -> None:
         self._machine.attempt = attempt
 
+    def _resume(self, by: str | None) -> None:
+        """A re-queued ended job (its execution had closed): back to `pending` with its
+        history, and max_attempts more attempts. Only a run started with `resumed` comes
+        here (the field is newer than every history before it)."""
+        job = self._job
+        self._claimed_attempt = job.attempt
+        self._attempts_base = job.attempts
+        job.result = None
+        job.result_hash = None
+        job.result_key = None
+        job.waiting_for = None
+        job.progress = None
+        self._machine.requeue(_now_ms(), by=by)
+
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
+        if inp.resumed is not None:
+            self._publish()
         if inp.spec.pinned_host is not None:
             self._pinned = workflow.patched(HOST_PINNING_PATCH)
         if inp.spec.scheduled and (self._granted_at_submit or workflow.patched(SCHEDULING_PATCH)):
@@ -223,10 +246,19 @@ class JobWorkflow:
             schedule_to_start_timeout=schedule_to_start,
             heartbeat_timeout=timedelta(milliseconds=inp.heartbeat_timeout_ms),
             retry_policy=RetryPolicy(maximum_attempts=1),
-            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+            cancellation_type=(
+                workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                if self._waits_for_work()
+                else workflow.ActivityCancellationType.TRY_CANCEL
+            ),
             priority=priority,
             summary=f"attempt {job.attempt}",
         )
+
+    def _waits_for_work(self) -> bool:
+        """Whether a cancelled attempt is awaited until its work is gone (the marker is
+        recorded once per job, at its first attempt)."""
+        return workflow.patched(STOP_WAITS_FOR_WORK_PATCH)
 
     # -- host pinning ------------------------------------------------------------------
 
@@ -451,6 +483,10 @@ class JobWorkflow:
         (the API killed between its two calls) within `cancel_wait_ms`, the execution
         closes Failed, the job as it reads (stopped or cancelled), so that nothing stays
         open for good."""
+        if workflow.cancellation_reason() is not None and self._waits_for_work():
+            # The cancel request came while the attempt's work was being stopped (it
+            # was spent on the attempt): the execution ends Canceled now.
+            raise asyncio.CancelledError
         if inp.cancel_wait_ms > 0 and workflow.patched(CANCEL_WAIT_PATCH):
             limit = timedelta(milliseconds=inp.cancel_wait_ms)
             if not await _waited(lambda: False, limit):

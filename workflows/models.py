@@ -24,9 +24,8 @@ from pydantic import (
 )
 
 from workflows.container_models import ContainerSpec
-from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateRef, GateSettings
-from workflows.job_states import JobStatus
+from workflows.job_states import CANCELLED, JobStatus, ended_kind
 
 TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PARAMS_MAX_BYTES = 64 * 1024
@@ -413,7 +412,7 @@ class Job(BaseModel):
     @property
     def cancelled(self) -> bool:
         """Failed by a cancel (the spec's `failed` with fail_reason `cancelled`)."""
-        return self.status == JobStatus.FAILED and self.fail_reason == ErrorType.CANCELLED
+        return ended_kind(self.status, self.fail_reason) == CANCELLED
 
     def attempt_input(self) -> AttemptInput:
         """The input of this job's current attempt."""
@@ -448,6 +447,11 @@ class JobInput(BaseModel):
     # A preferred host's own queue: attempts wait there up to preferred_host_wait_ms,
     # then go to activity_task_queue. (A required host's queue is activity_task_queue.)
     preferred_task_queue: str | None = None
+    # The re-queue of a job whose execution had closed (it ended): the job as it ended,
+    # whose id, transitions, attempts and fail_history go on in this run, and who
+    # re-queued it. None for a submitted job.
+    resumed: Job | None = None
+    resumed_by: str | None = None
 
 
 def pending_job(inp: JobInput) -> Job:
