@@ -32,8 +32,8 @@ from temporalio.service import RPCError
 
 from api.job_service import JobService
 from workflows import search_attributes
-from workflows.errors import ErrorType
-from workflows.models import EventsMemo, JobIdentity, JobStatus, Progress, Transition
+from workflows.job_states import SOLVING, JobStatus, is_ended, ordered
+from workflows.models import EventsMemo, JobIdentity, Progress, Transition
 from workflows.names import EVENTS_MEMO, attempt_activity_id
 from workflows.search_attributes import JOBS, job_filter
 
@@ -48,19 +48,10 @@ EVENT_NAMES = {
     JobStatus.STOP_REQUESTED: "job:stop_requested",
     JobStatus.STOPPED: "job:stopped",
 }
-# A `failed` transition with one of these reasons ends the job.
-FINAL_FAILED_REASONS = (
-    ErrorType.CANCELLED.value,
-    ErrorType.DEADLINE_EXCEEDED.value,
-    ErrorType.HOST_UNAVAILABLE.value,
-)
 
 PROGRESS_EVENT = "job:progress"
 # Jobs whose attempt's solver runs (a stop_requested one runs until it is killed).
-RUNNING_JOBS = (
-    job_filter(statuses=(JobStatus.RUNNING.value, JobStatus.STOP_REQUESTED.value))
-    + " AND ExecutionStatus = 'Running'"
-)
+RUNNING_JOBS = job_filter(statuses=ordered(SOLVING)) + " AND ExecutionStatus = 'Running'"
 # Heartbeats read at once in a progress round.
 PROGRESS_READS_AT_ONCE = 16
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
@@ -423,11 +414,7 @@ class EventFeed:
         return EventKey(transition.ts, job_id, transition.seq) <= (self._start or self.cursor)
 
     def _emit(self, event: JobEvent) -> None:
-        finished = event.status in (
-            JobStatus.COMPLETED,
-            JobStatus.QUARANTINED,
-            JobStatus.STOPPED,
-        ) or (event.status == JobStatus.FAILED and event.reason in FINAL_FAILED_REASONS)
+        finished = is_ended(event.status, event.reason)
         self._sent[event.id] = (event.seq, event.ts, finished)
         if self.on_event is not None:
             self.on_event(event)

@@ -18,12 +18,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import visibility
-from api.job_views import TtlCache
+from api.job_views import TtlCache, count_kinds
 from engine.connection import TemporalSettings
 from engine.gates import Gates
 from workflows.errors import ErrorType, GroupNotFound, JobConflict, JobNotFound
 from workflows.gate_models import GateKind, GatePatch, GateView, TargetResume
-from workflows.models import COST_UNITS_LIMIT, Job, JobStatus, WaitingFor
+from workflows.job_states import BACKLOG, CANCELLABLE, CLAIMED, OPEN, JobStatus, ordered
+from workflows.models import COST_UNITS_LIMIT, Job, WaitingFor
 from workflows.names import GATE_MEMO, GATE_WORKFLOW, REQUEUE_UPDATE
 from workflows.search_attributes import job_filter
 
@@ -39,7 +40,9 @@ CONCURRENCY = 16
 
 T = TypeVar("T")
 
-ACTIVE = (JobStatus.ASSIGNED.value, JobStatus.RUNNING.value)
+# A pool's or target's counts: its open jobs by status (its ended ones, unbounded, are
+# the groups' and the jobs' counts to tell).
+OPEN_KINDS = tuple(status.value for status in ordered(OPEN))
 
 
 class GroupView(BaseModel):
@@ -65,8 +68,9 @@ class PoolView(BaseModel):
     pool: str
     capacity: int
     in_use: int
-    pending: int
-    running: int
+    pending: int = Field(description="Its jobs waiting: `counts.pending`")
+    running: int = Field(description="Its jobs a worker holds: `counts.assigned + counts.running`")
+    counts: dict[str, int] = Field(description="Its open jobs by status")
 
 
 class PoolCapacity(BaseModel):
@@ -81,8 +85,9 @@ class TargetView(BaseModel):
     target: str
     halted: bool
     halted_by: str | None
-    running: int
-    pending: int
+    running: int = Field(description="Its jobs a worker holds: `counts.assigned + counts.running`")
+    pending: int = Field(description="Its jobs waiting: `counts.pending`")
+    counts: dict[str, int] = Field(description="Its open jobs by status")
 
 
 class Requeued(BaseModel):
@@ -147,7 +152,7 @@ class GateService:
     async def cancel_group(self, name: str) -> Cancelled:
         """Cancel the group's pending and assigned jobs."""
         await self.group(name)
-        query = job_filter(statuses=(JobStatus.PENDING.value, JobStatus.ASSIGNED.value), group=name)
+        query = job_filter(statuses=ordered(CANCELLABLE), group=name)
         ids = await self._ids(query)
         done = await self._each(ids, self._cancel)
         return Cancelled(cancelled=done)
@@ -159,7 +164,7 @@ class GateService:
             paused=settings.paused,
             max_parallel=settings.max_parallel,
             weight=settings.weight,
-            counts=await self._counts(job_filter(group=view.key)),
+            counts=await count_kinds(self._client, group=view.key),
         )
 
     # -- pools ---------------------------------------------------------------------
@@ -177,13 +182,14 @@ class GateService:
         return await self._pool_view(await self._gates.configure(GateKind.POOL, name, patch))
 
     async def _pool_view(self, view: GateView) -> PoolView:
-        pending, running = await self._pending_and_active(pool=view.key)
+        counts = await count_kinds(self._client, OPEN_KINDS, pool=view.key)
         return PoolView(
             pool=view.key,
             capacity=view.settings.capacity,
             in_use=view.in_use,
-            pending=pending,
-            running=running,
+            pending=_waiting(counts),
+            running=_claimed(counts),
+            counts=counts,
         )
 
     # -- targets -------------------------------------------------------------------
@@ -216,13 +222,14 @@ class GateService:
         return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
 
     async def _target_view(self, view: GateView) -> TargetView:
-        pending, running = await self._pending_and_active(target=view.key)
+        counts = await count_kinds(self._client, OPEN_KINDS, target=view.key)
         return TargetView(
             target=view.key,
             halted=view.settings.halted,
             halted_by=view.settings.halted_by,
-            running=running,
-            pending=pending,
+            running=_claimed(counts),
+            pending=_waiting(counts),
+            counts=counts,
         )
 
     # -- a job's waiting reason ----------------------------------------------------
@@ -294,28 +301,6 @@ class GateService:
                 views.append(view)
         return sorted(views, key=lambda view: view.key)
 
-    async def _pending_and_active(
-        self, *, pool: str | None = None, target: str | None = None
-    ) -> tuple[int, int]:
-        """How many of a pool's or target's jobs wait, and how many are assigned or
-        running: two counts, made at once."""
-        waiting = job_filter(JobStatus.PENDING.value, pool=pool, target=target)
-        busy = job_filter(statuses=ACTIVE, pool=pool, target=target)
-        pending, active = await asyncio.gather(
-            visibility.count(self._client, waiting), visibility.count(self._client, busy)
-        )
-        return pending, active
-
-    async def _counts(self, query: str) -> dict[str, int]:
-        statuses = [status.value for status in JobStatus]
-        counts = await asyncio.gather(
-            *(
-                visibility.count(self._client, f"{query} AND JobforgeStatus = '{s}'")
-                for s in statuses
-            )
-        )
-        return dict(zip(statuses, counts, strict=True))
-
     async def _ids(self, query: str) -> list[str]:
         rows = await visibility.recent(self._client, query, offset=0, limit=GROUP_ACTION_MAX)
         return [execution.id for execution in rows.executions]
@@ -346,3 +331,11 @@ class GateService:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise JobConflict("the job has closed", id=job_id) from err
             raise
+
+
+def _waiting(counts: dict[str, int]) -> int:
+    return sum(counts.get(status.value, 0) for status in BACKLOG)
+
+
+def _claimed(counts: dict[str, int]) -> int:
+    return sum(counts.get(status.value, 0) for status in CLAIMED)

@@ -34,7 +34,8 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from workflows.errors import JobNotFound
-from workflows.models import EventsMemo, Job, JobInput, JobStatus, pending_job
+from workflows.job_states import JobStatus
+from workflows.models import EventsMemo, Job, JobInput, pending_job
 from workflows.names import EVENTS_MEMO, attempt_activity_id
 
 log = logging.getLogger(__name__)

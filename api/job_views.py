@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -14,7 +14,8 @@ from temporalio.client import Client
 
 from api import visibility
 from engine.clock import now_ms
-from workflows.models import EventsMemo, JobStatus, JobSummary
+from workflows.job_states import COUNT_KINDS, CountKind, JobStatus
+from workflows.models import EventsMemo, JobSummary
 from workflows.names import EVENTS_MEMO
 from workflows.search_attributes import job_filter
 
@@ -29,10 +30,29 @@ class JobPage(BaseModel):
     next_page_token: str | None
 
 
-# A cancelled job is `failed` with fail_reason `cancelled` (the spec), and its
-# execution ends Canceled: counted on its own, and not under `failed`.
-CANCELLED = "cancelled"
-_CANCELED = "ExecutionStatus = 'Canceled'"
+async def count_kinds(
+    client: Client,
+    kinds: Iterable[str] = COUNT_KINDS,
+    *,
+    job_type: str | None = None,
+    group: str | None = None,
+    pool: str | None = None,
+    target: str | None = None,
+) -> dict[str, int]:
+    """How many jobs (of this type, group, pool and target, each optional) are counted
+    under each of `kinds` (COUNT_KINDS: the statuses, and `cancelled` apart from
+    `failed`, so that they add up to the jobs): one visibility count each, made at once.
+    The list filtered by a kind (`?status=`) holds that many jobs."""
+    kinds = tuple(kinds)
+    counts = await asyncio.gather(
+        *(
+            visibility.count(
+                client, job_filter(kind, job_type, group=group, pool=pool, target=target)
+            )
+            for kind in kinds
+        )
+    )
+    return dict(zip(kinds, counts, strict=True))
 
 
 class TtlCache:
@@ -112,7 +132,7 @@ class JobViews:
         self.cache_ms = cache_ms
 
     async def page(
-        self, status: JobStatus | None, job_type: str | None, limit: int, page_token: str | None
+        self, status: CountKind | None, job_type: str | None, limit: int, page_token: str | None
     ) -> JobPage:
         """A page of job summaries in visibility's own order (open jobs first, newest
         started first, then closed ones, most recently closed first), from memos: one
@@ -131,8 +151,7 @@ class JobViews:
         )
 
     async def counts(self, job_type: str | None) -> dict[str, int]:
-        """How many jobs are in each status, cancelled ones apart from failed ones: one
-        visibility count per status, made at once."""
+        """How many jobs are counted under each kind (`count_kinds`)."""
         counted, _ = await self.counts_timed(job_type)
         return counted
 
@@ -141,13 +160,7 @@ class JobViews:
         return await self._cache.get_timed(f"counts:{job_type}", lambda: self._counts(job_type))
 
     async def _counts(self, job_type: str | None) -> dict[str, int]:
-        queries = {s.value: job_filter(s, job_type) for s in JobStatus}
-        queries[JobStatus.FAILED.value] += " AND ExecutionStatus != 'Canceled'"
-        queries[CANCELLED] = f"{job_filter(None, job_type)} AND {_CANCELED}"
-        counts = await asyncio.gather(
-            *(visibility.count(self._client, q) for q in queries.values())
-        )
-        return dict(zip(queries, counts, strict=True))
+        return await count_kinds(self._client, job_type=job_type)
 
     async def oldest_pending_age_s(self) -> float:
         """Age of the oldest pending job, found with rounds of counts over start times

@@ -13,7 +13,8 @@ from engine.connection import TemporalSettings
 from engine.directory import register_worker, worker_seen, worker_telemetry
 from workflows import search_attributes
 from workflows.host_models import HostInfo, WorkerNotFound
-from workflows.models import JobStatus, WorkerInfo
+from workflows.job_states import JobStatus
+from workflows.models import WorkerInfo
 from workflows.names import RECORD_MEMO, WORKER_RECORD_WORKFLOW
 from workflows.search_attributes import JOBS
 from workflows.worker_record import WorkerState

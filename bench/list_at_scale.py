@@ -73,6 +73,7 @@ from engine.directory import register_job_type
 from worker.native import build_workflow_worker
 from workflows import search_attributes
 from workflows.errors import ErrorType
+from workflows.job_states import COUNT_KINDS
 from workflows.models import (
     AttemptInput,
     AttemptResult,
@@ -350,13 +351,12 @@ async def fill_to(
 
 
 async def print_mix(client: Client) -> None:
-    """The jobs present, by status (from visibility)."""
+    """The jobs present, by status (from visibility; `cancelled` apart from `failed`)."""
     total = await count(client, JOBS)
-    statuses = ("pending", "completed", "quarantined", "assigned", "running", "failed")
     found = await asyncio.gather(
-        *(count(client, search_attributes.job_filter(s)) for s in statuses)
+        *(count(client, search_attributes.job_filter(kind)) for kind in COUNT_KINDS)
     )
-    by_status = ", ".join(f"{s} {n}" for s, n in zip(statuses, found, strict=True) if n)
+    by_status = ", ".join(f"{s} {n}" for s, n in zip(COUNT_KINDS, found, strict=True) if n)
     print(f"jobs present: {total} ({by_status})", flush=True)
 
 

@@ -29,10 +29,11 @@ Invariants (each ``check_*`` returns a list of problems, ``[]`` when it holds;
        status, result and transitions are unchanged.
     D  ``check_runs(jobs, tags, runs, extra={})``: runs per job <= 1 + the faults that
        hit it (its ``fail_history`` entries, plus ``extra[id]``).
-    M  ``check_transitions(jobs)``: each job's ``transitions`` follows ``EDGES``, ``seq``
-       1..n; ``check_events(events, jobs)``: the SSE events seen (any list of
+    M  ``check_transitions(jobs)``: each job's ``transitions`` follows the one table of
+       edges (workflows/job_states.py ``is_legal``), ``seq`` 1..n;
+       ``check_events(events, jobs)``: the SSE events seen (any list of
        ``(event_name, data_dict)``, duplicates from reconnects allowed if identical)
-       follow ``EDGES`` per job, in seq order, and cover every transition
+       follow those edges per job, in seq order, and cover every transition
        (``complete=True``).
     O  ``check_quiet(solver_path, cache_dirs, timeout)``: no live process runs the
        solver script, no ``.part-*`` file in the caches, each ``cache/<sha256>`` file
@@ -115,6 +116,7 @@ import httpx
 from temporalio.client import Client
 
 from tests.conftest import PYTHON, Solver
+from workflows.job_states import HELD, is_ended, is_legal
 from workflows.names import GATE_QUERY, gate_workflow_id
 
 LOAD = os.environ.get("JOBFORGE_FAULT_LOAD", "reduced")
@@ -194,34 +196,6 @@ def read_runs(log: Path) -> dict[str, list[Run]]:
 
 # -- the state machine -------------------------------------------------------------------
 
-EDGES: set[tuple[str, str]] = {
-    ("pending", "assigned"),
-    ("assigned", "running"),
-    ("running", "completed"),
-    ("assigned", "failed"),
-    ("running", "failed"),
-    ("failed", "pending"),
-    ("failed", "quarantined"),
-}
-CANCEL_EDGES: set[tuple[str, str]] = {("pending", "failed"), ("assigned", "failed")}
-# A job not assigned by its deadline_at.
-DEADLINE_EDGES: set[tuple[str, str]] = {("pending", "failed")}
-# Stop: a running job asked to stop ends stopped, or its own end comes first.
-STOP_EDGES: set[tuple[str, str]] = {
-    ("running", "stop_requested"),
-    ("stop_requested", "stopped"),
-    ("stop_requested", "completed"),
-    ("stop_requested", "failed"),
-    ("failed", "stopped"),
-}
-# Host pinning: a preferred host's job goes to the shared queue (same status, its own
-# reason); a required host's job whose host never came ends failed.
-HOST_EDGES: dict[tuple[str, str], str] = {
-    ("pending", "pending"): "preferred_host_timeout",
-    ("pending", "failed"): "host_unavailable",
-}
-# A quarantined job of a group or a target re-queued (retry-failed, target resume).
-REQUEUE_EDGES: set[tuple[str, str]] = {("quarantined", "pending"), ("stopped", "pending")}
 EVENT_STATUS = {
     "job:created": "pending",
     "job:assigned": "assigned",
@@ -236,12 +210,8 @@ EVENT_STATUS = {
 
 
 def is_terminal(job: dict[str, Any]) -> bool:
-    """completed, quarantined, stopped, or failed by a cancel or a deadline."""
-    status = job["status"]
-    return status in ("completed", "quarantined", "stopped") or (
-        status == "failed"
-        and job.get("fail_reason") in ("cancelled", "deadline_exceeded", "host_unavailable")
-    )
+    """The job has ended for good (workflows/job_states.py `is_ended`)."""
+    return is_ended(job["status"], job.get("fail_reason"))
 
 
 def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> list[str]:
@@ -255,15 +225,7 @@ def _path_problems(job_id: str, steps: list[tuple[int, str, str | None]]) -> lis
     if steps[0][1] != "pending":
         problems.append(f"{job_id}: starts at {steps[0][1]}")
     for (_, a, _), (_, b, reason) in itertools.pairwise(steps):
-        if (a, b) in EDGES or (a, b) in STOP_EDGES:
-            continue
-        if (a, b) in DEADLINE_EDGES and reason == "deadline_exceeded":
-            continue
-        if (a, b) in CANCEL_EDGES and reason == "cancelled":
-            continue
-        if (a, b) in REQUEUE_EDGES and reason == "requeued":
-            continue
-        if (a, b) in HOST_EDGES and HOST_EDGES[(a, b)] == reason:
+        if is_legal(a, b, reason):
             continue
         problems.append(f"{job_id}: edge {a}->{b} ({reason}) in {[s for _, s, _ in steps]}")
     return problems
@@ -413,7 +375,8 @@ def check_events(
     *,
     complete: bool = True,
 ) -> list[str]:
-    """M over SSE: per job, events in seq order along EDGES, matching `transitions`."""
+    """M over SSE: per job, events in seq order along the table's edges, matching
+    `transitions`."""
     problems = []
     seen: dict[str, dict[int, tuple[str, dict[str, Any]]]] = defaultdict(dict)
     order: dict[str, list[int]] = defaultdict(list)
@@ -455,7 +418,7 @@ def check_events(
 # -- scheduling: C S P L ------------------------------------------------------------------
 
 # A stop asked of a running job leaves its solver running until the worker kills it.
-ACTIVE = ("assigned", "running", "stop_requested")
+ACTIVE = HELD
 Span = tuple[int, float]
 
 

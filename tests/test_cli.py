@@ -216,8 +216,14 @@ def test_cancel_cancels_a_pending_job_and_list_and_show_say_cancelled(
         lambda: statuses() == {job_id: "cancelled", other: "pending"},
         what="the cancelled job listed as cancelled",
     )
-    assert statuses("--status", "cancelled") == {job_id: "cancelled"}
-    assert statuses("--status", "failed") == {}
+    # Filtered by the API: the job is `cancelled` once its execution has closed Canceled.
+    wait_until(
+        lambda: (
+            statuses("--status", "cancelled") == {job_id: "cancelled"}
+            and statuses("--status", "failed") == {}
+        ),
+        what="the cancelled job listed under cancelled only",
+    )
     shown = ok(jobforge(lonely.url, "show", job_id))
     assert re.search(r"^Status\s+cancelled$", shown, re.MULTILINE), shown
 

@@ -198,7 +198,9 @@ def test_pool_set_capacity_then_show_and_list(api: Api, name: str) -> None:
         "in_use": 0,
         "pending": 0,
         "running": 0,
+        "counts": {"pending": 0, "assigned": 0, "running": 0, "stop_requested": 0},
     }
+    assert field_line(out, "Jobs") == "no jobs"
     wait_until(lambda: line in ok(jobforge(api.url, "pool", "list")), timeout=30)
 
 
@@ -232,6 +234,7 @@ def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
         "halted_by": None,
         "running": 0,
         "pending": 0,
+        "counts": {"pending": 0, "assigned": 0, "running": 0, "stop_requested": 0},
     }
     assert ok(jobforge(api.url, "target", "resume", target)) == f"target {target} was not halted\n"
 

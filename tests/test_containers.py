@@ -15,6 +15,7 @@ import pytest
 from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
 from bench.harness import Proc, wait_until
 from tests.conftest import Api, Stack, base_env
+from tests.test_stop import watch_stop
 from worker.devserver import DevServer
 
 pytestmark = pytest.mark.slow(120)
@@ -208,7 +209,7 @@ def test_a_worker_refuses_a_volume_its_own_policy_does_not_allow(
     assert left_of(runtime, job_id) == []
 
 
-def test_stop_stops_the_container_and_the_job_ends_stopped(
+def test_stop_removes_the_container_before_the_job_reads_stopped(
     stack: Stack, runtime: Runtime, volumes: Path, job_type: str
 ) -> None:
     container_worker(stack, runtime, volumes, job_type, node())
@@ -218,9 +219,16 @@ def test_stop_stops_the_container_and_the_job_ends_stopped(
     wait_until(lambda: left_of(runtime, job_id), timeout=30, what="the container")
     answer = stack.api.http.post(f"/api/jobs/{job_id}/stop")
     assert answer.status_code == 202, answer.text
-    job = stack.api.wait_status(job_id, "stopped")
+    seen = watch_stop(
+        lambda: stack.api.job(job_id)["status"],
+        lambda: bool(left_of(runtime, job_id)),
+        timeout=30,
+    )
+    assert ("stopped", True) not in seen, f"read stopped with its container listed: {seen}"
+    assert seen[("stop_requested", True)] > 0, seen
+    assert left_of(runtime, job_id) == []
+    job = stack.api.job(job_id)
     assert job["fail_reason"] == "stopped"
-    wait_until(lambda: not left_of(runtime, job_id), timeout=15, what="the container gone")
     assert ("stdout", "up") in log_lines(stack.api, job_id)
 
 

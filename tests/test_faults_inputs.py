@@ -38,8 +38,8 @@ from tests.conftest import (
 )
 from tests.faultkit import FULL, check_cache, check_transitions
 from worker.devserver import DevServer
+from workflows.job_states import TERMINAL
 
-TERMINAL = ("completed", "quarantined")
 # The worker process's resident memory stays under this while hostile solvers run.
 WORKER_RSS_BOUND_MB = 300
 

@@ -12,13 +12,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import heapq
+import json
+import math
 import multiprocessing
 import random
+import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,11 +35,12 @@ from bench.harness import wait_until
 from engine import log_store
 from engine.log_store import LINE_MAX, LogLine
 from tests import faultkit
-from tests.conftest import Api, Solver, Stack, wait_until_async
+from tests.conftest import PYTHON, Api, Solver, Stack, wait_until_async
 from tests.helpers import Collector
 from worker.agent import Hub, LogUploader
 from worker.devserver import DevServer
-from workflows.models import AttemptResult, ClaimedJob, Job, JobStatus
+from workflows.job_states import JobStatus
+from workflows.models import AttemptResult, ClaimedJob, Job
 from workflows.names import STOP_UPDATE, attempt_activity_id
 
 # Short heartbeats, so that a native worker learns of a stop within a second or two.
@@ -43,6 +48,8 @@ HEARTBEAT_MS = 3000
 STOP_GRACE_S = 1.0
 # JOB_CANCEL_WAIT_S of the API whose stop's cancel request never follows.
 CANCEL_WAIT_S = 3
+# The capacity of scenario 10's pool (a quarter of its jobs are in it).
+RACE_POOL_CAPACITY = 4
 
 
 class CancelRace(Exception):  # noqa: N818 - the defect's name
@@ -122,6 +129,138 @@ class StartWatch:
         return new
 
 
+# -- C by live processes ----------------------------------------------------------------
+
+# faultkit's solver double (same log lines, so D and StartWatch read it alike) that also
+# records its process's life: `exit` at its very end (atexit), whether it ends by itself
+# or on SIGTERM, which it answers with a clean-up of `cleanup_s` (within STOP_GRACE_S, so
+# no SIGKILL cuts the record short). From its last work on it ignores SIGTERM, so that a
+# stop racing its end cannot cut its exit line either.
+LIFELOG_SOURCE = """\
+import atexit, json, os, signal, sys, time
+params = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+tag = params.get("tag", "-")
+log = params.get("log")
+
+
+def note(what):
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            line = f"{tag} - {os.getpid()} {what} {os.getppid()} {time.time():.6f}\\n"
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def clean_up(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(float(params.get("cleanup_s", 0)))
+    sys.exit(143)
+
+
+signal.signal(signal.SIGTERM, clean_up)
+atexit.register(note, "exit")
+note("start")
+time.sleep(float(params.get("sleep_s", 0)))
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+note("end")
+print(json.dumps({"tag": tag}))
+"""
+# How long the solver double takes to clean up after a SIGTERM (< STOP_GRACE_S).
+CLEANUP_S = 0.2
+
+
+def write_lifelog_solver(directory: Path) -> Solver:
+    """Write the life-recording solver double (executable) into `directory`; its params
+    are `faultkit.run_params(...)` plus `cleanup_s`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"lifelog-{uuid.uuid4().hex[:8]}.py"
+    path.write_text(f"#!{PYTHON}\n" + LIFELOG_SOURCE)
+    path.chmod(0o755)
+    return Solver(path)
+
+
+@dataclass(frozen=True)
+class Life:
+    """One solver process, from its `start` line to its `exit` line (wall clock)."""
+
+    tag: str
+    pid: int
+    start: float
+    exit: float  # math.inf: no exit line (still running, or killed without its clean-up)
+
+
+def read_lives(log: Path) -> list[Life]:
+    """Each solver process that wrote a `start` line, by the lines it wrote itself."""
+    starts: dict[tuple[str, int], float] = {}
+    exits: dict[tuple[str, int], float] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        parts = line.split()
+        if len(parts) >= 6 and parts[3] in ("start", "exit"):
+            (starts if parts[3] == "start" else exits)[(parts[0], int(parts[2]))] = float(parts[5])
+    return [
+        Life(tag, pid, at, exits.get((tag, pid), math.inf)) for (tag, pid), at in starts.items()
+    ]
+
+
+def _alive_at_edges(lives: list[Life]) -> list[tuple[float, list[Life]]]:
+    """Each instant a life starts or exits, and the lives on just after it."""
+    # At one instant exits come first: a solver started as another exits is not counted
+    # with it.
+    edges = sorted(
+        (at, kind, i)
+        for i, life in enumerate(lives)
+        for at, kind in ((life.start, 1), (life.exit, 0))
+    )
+    alive: dict[int, Life] = {}
+    series = []
+    for at, kind, i in edges:
+        if kind:
+            alive[i] = lives[i]
+        else:
+            alive.pop(i, None)
+        series.append((at, list(alive.values())))
+    return series
+
+
+def peak_live(lives: list[Life]) -> int:
+    """The most of `lives` alive at once (the check had teeth: the pool was full)."""
+    return max((len(alive) for _, alive in _alive_at_edges(lives)), default=0)
+
+
+def check_live_capacity(lives: list[Life], capacity: int, pool: str) -> list[str]:
+    """C by processes: at no instant are more than `capacity` of a pool's solver processes
+    alive, by their own start and exit lines; a life with no exit line counts on to the
+    end, and is a problem of its own."""
+    problems = [
+        f"pool {pool}: pid {life.pid} ({life.tag}) wrote no exit line"
+        for life in lives
+        if life.exit == math.inf
+    ]
+    over = False
+    for at, alive in _alive_at_edges(lives):
+        if len(alive) > capacity and not over:
+            who = ", ".join(
+                f"{life.tag} pid {life.pid} {life.start:.3f}-{life.exit:.3f}" for life in alive
+            )
+            problems.append(
+                f"pool {pool}: {len(alive)} solvers alive > {capacity} at {at:.3f}: {who}"
+            )
+        over = len(alive) > capacity
+    return problems
+
+
+def check_lives_over(lives: list[Life], solver_path: Path) -> list[str]:
+    """No recorded solver process is still alive (once its job has ended)."""
+    recorded = {life.pid: life for life in lives}
+    return [
+        f"pid {pid} ({recorded[pid].tag}) still alive after its job ended"
+        for pid in faultkit.solver_processes(solver_path)
+        if pid in recorded
+    ]
+
+
 # -- 1. stops racing completion ----------------------------------------------------------
 
 
@@ -132,9 +271,13 @@ def test_stops_racing_completion_end_each_job_completed_or_stopped_never_both(
 ) -> None:
     n = faultkit.scale(200, 1000)
     rng = random.Random(12)
-    solver = faultkit.write_solver(tmp_path / "bin")
+    solver = write_lifelog_solver(tmp_path / "bin")
     log = tmp_path / "runs.log"
     stack = start_stack()
+    gate = f"race-{uuid.uuid4().hex[:8]}"
+    faultkit.call_retrying(
+        stack.api.http, "PUT", f"/api/pools/{gate}", {"capacity": RACE_POOL_CAPACITY}
+    )
     caches = [tmp_path / "cache-a", tmp_path / "cache-b"]
     for name, cache in zip(("racer-a", "racer-b"), caches, strict=True):
         stack.worker(
@@ -154,17 +297,25 @@ def test_stops_racing_completion_end_each_job_completed_or_stopped_never_both(
     # Each solver sleeps 1.2-2 s; its stop is due between 0.6 s before and 0.3 s after
     # its natural end, by its own start time in the log (one clock on one machine).
     # Every fourth job is in a group and a pool: the scheduled path, claimed before it
-    # starts, with a lease to give back.
-    gate = f"race-{uuid.uuid4().hex[:8]}"
+    # starts, with a lease to give back. The pool's capacity is far below its jobs, so
+    # it is full whenever one of them is stopped; their solvers sleep 2.5-3.5 s and are
+    # stopped mid-run (0.3 s after the start to 0.5 s before the end): a stopped job
+    # that gave its lease back before its solver was gone would let one more solver run
+    # beside the others.
     plan: dict[str, float] = {}
     specs: list[tuple[str, dict[str, Any]]] = []
+    pooled: set[str] = set()
     for i in range(n):
         tag = f"s{i}-{uuid.uuid4().hex[:6]}"
         sleep_s = rng.uniform(1.2, 2.0)
         plan[tag] = sleep_s + rng.uniform(-0.6, 0.3)
+        if i % 4 == 3:
+            pooled.add(tag)
+            sleep_s = rng.uniform(2.5, 3.5)
+            plan[tag] = rng.uniform(0.3, sleep_s - 0.5)
         spec = solver.spec(
             job_type,
-            params=faultkit.run_params(tag, log, sleep_s=sleep_s),
+            params={**faultkit.run_params(tag, log, sleep_s=sleep_s), "cleanup_s": CLEANUP_S},
             heartbeat_timeout_ms=HEARTBEAT_MS,
             **({"group": gate, "pool": gate} if i % 4 == 3 else {}),
         )
@@ -215,9 +366,15 @@ def test_stops_racing_completion_end_each_job_completed_or_stopped_never_both(
         stack.api.http, temporal.address, tags, timeout=faultkit.scale(60, 300)
     )
     ended = {j: job for j, job in jobs.items() if j not in stuck}
-    problems = faultkit.check_stop_outcomes(ended, answers, tags)
+    # Stopped means stopped: once a job reads ended, no solver of it is alive.
+    ended_tags = {tags[j] for j in ended}
+    problems = check_lives_over(
+        [life for life in read_lives(log) if life.tag in ended_tags], solver.path
+    )
+    problems += faultkit.check_stop_outcomes(ended, answers, tags)
     problems += faultkit.check_runs(jobs, tags, faultkit.read_runs(log))
     problems += faultkit.check_transitions(jobs)
+    problems += faultkit.check_capacity(jobs, {gate: RACE_POOL_CAPACITY})
 
     def events_cover_all() -> bool:
         seen = {(e.data["id"], e.data["seq"]) for e in events.events}
@@ -238,23 +395,86 @@ def test_stops_racing_completion_end_each_job_completed_or_stopped_never_both(
     race, more = _cancel_race(jobs, stuck, statuses, held)
     problems += more
     problems += faultkit.check_quiet(solver.path, caches, timeout=HEARTBEAT_MS / 1000 + 5)
+    # C by processes, once every solver is gone (so every life has its exit line).
+    pool_lives = [life for life in read_lives(log) if life.tag in pooled]
+    problems += check_live_capacity(pool_lives, RACE_POOL_CAPACITY, gate)
 
     outcomes = Counter(
         f"{answers[j].code} {answers[j].status} -> {jobs[j]['status']}" for j in jobs
     )
+    pool_ends = Counter(job["status"] for j, job in jobs.items() if tags[j] in pooled)
     print(  # noqa: T201 - the scenario's figures, shown with -s
         f"stop race, {n} jobs: {dict(outcomes)}; cancel race: {len(stuck)} stuck,"
         f" {sum(p.endswith('CANCELED') for p in race)} completed but Canceled,"
         f" {sum('still held' in p for p in race)} leases kept;"
+        f" pool {dict(pool_ends)}, peak {peak_live(pool_lives)} solvers alive"
+        f" / {faultkit.peak_in_use(jobs, gate)} leased of {RACE_POOL_CAPACITY};"
         f" submitted in {submitted[0] - began:.1f} s, stops sent in {stopped_all - began:.1f} s,"
         f" checks {time.monotonic() - stopped_all:.1f} s"
     )
     assert not problems, f"{len(problems)} violations:\n" + "\n".join(problems[:50])
-    # The race was run: stops landed before the end and after it.
+    # The race was run: stops landed before the end and after it, and the pool was full.
     ends = Counter(job["status"] for job in ended.values())
     assert ends["completed"] >= n // 20 and ends["stopped"] >= n // 20, ends
+    assert pool_ends["stopped"] >= len(pooled) // 2, pool_ends
+    assert peak_live(pool_lives) == RACE_POOL_CAPACITY, pool_lives
     if race:
         raise CancelRace("\n".join(race[:20]))
+
+
+def test_live_capacity_counts_overlapping_solver_lives_and_one_with_no_exit_line(
+    tmp_path: Path,
+) -> None:
+    """Scenario 10's C by processes on a hand-made log: lives back to back fit one slot
+    (one starting as another exits is not counted with it), one that starts before
+    another exits does not, and a life with no exit line counts on to the end."""
+    log = tmp_path / "runs.log"
+    log.write_text(
+        "a - 11 start 1 100.000000\n"
+        "a - 11 end 1 100.900000\n"
+        "a - 11 exit 1 101.000000\n"
+        "b - 12 start 1 101.000000\n"
+        "b - 12 exit 1 102.000000\n"
+    )
+    lives = read_lives(log)
+    assert (check_live_capacity(lives, 1, "p"), peak_live(lives)) == ([], 1)
+    with log.open("a") as out:
+        out.write("c - 13 start 1 101.500000\nc - 13 exit 1 101.700000\n")
+    lives = read_lives(log)
+    problems = check_live_capacity(lives, 1, "p")
+    assert len(problems) == 1 and problems[0].startswith("pool p: 2 solvers alive > 1 at 101.500")
+    assert "b pid 12" in problems[0] and "c pid 13" in problems[0]
+    assert (check_live_capacity(lives, 2, "p"), peak_live(lives)) == ([], 2)
+    with log.open("a") as out:
+        out.write("d - 14 start 1 101.800000\n")
+    problems = check_live_capacity(read_lives(log), 2, "p")
+    assert problems[0] == "pool p: pid 14 (d) wrote no exit line"
+    assert problems[1:] == []  # b and d: two at once, within 2
+
+
+def test_a_recorded_solver_still_alive_is_named_and_its_sigterm_exit_is_recorded(
+    tmp_path: Path,
+) -> None:
+    """The life-recording solver double, run by hand: alive, `check_lives_over` names it;
+    on SIGTERM it cleans up, writes its exit line and is gone."""
+    solver = write_lifelog_solver(tmp_path / "bin")
+    log = tmp_path / "runs.log"
+    params = {**faultkit.run_params("x", log, sleep_s=60), "cleanup_s": CLEANUP_S}
+    proc = subprocess.Popen([str(solver.path), "run", json.dumps(params)])
+    try:
+        wait_until(lambda: read_lives(log), timeout=30, what="its start line")
+        [life] = read_lives(log)
+        assert (life.pid, life.exit) == (proc.pid, math.inf)
+        assert check_lives_over([life], solver.path) == [
+            f"pid {proc.pid} (x) still alive after its job ended"
+        ]
+        proc.terminate()
+        assert proc.wait(10) == 143
+    finally:
+        proc.kill()
+    [life] = read_lives(log)
+    assert life.start < life.exit < math.inf
+    assert check_lives_over([life], solver.path) == []
 
 
 async def test_a_result_and_the_stops_cancel_in_one_workflow_task_leave_the_job_ended(

@@ -16,6 +16,8 @@ from worker.devserver import DevServer
 from workflows import search_attributes
 
 FAILING_TYPE = "no-solver-anywhere"  # no solver is registered for it: every attempt fails
+# A pool's or a target's counts: its open jobs by status.
+NO_OPEN_JOBS = {"pending": 0, "assigned": 0, "running": 0, "stop_requested": 0}
 
 
 @pytest.fixture
@@ -154,11 +156,19 @@ def test_cancel_group_cancels_its_pending_jobs(api: Api, name: str) -> None:
 
 def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
     pool = ok(api.http.get(f"/api/pools/{name}"))
-    assert pool == {"pool": name, "capacity": 100, "in_use": 0, "pending": 0, "running": 0}
+    assert pool == {
+        "pool": name,
+        "capacity": 100,
+        "in_use": 0,
+        "pending": 0,
+        "running": 0,
+        "counts": NO_OPEN_JOBS,
+    }
     assert ok(api.http.put(f"/api/pools/{name}", json={"capacity": 1}))["capacity"] == 1
     job_id = api.submit(type=REGISTERED_TYPE, pool=name, cost_units=2)
     waiting_for(api, job_id, "pool_capacity")
-    assert ok(api.http.get(f"/api/pools/{name}"))["pending"] == 1
+    pool = ok(api.http.get(f"/api/pools/{name}"))
+    assert (pool["pending"], pool["counts"]) == (1, {**NO_OPEN_JOBS, "pending": 1})
     ok(api.http.put(f"/api/pools/{name}", json={"capacity": 2}))
     api.wait_status(job_id, "completed")
 

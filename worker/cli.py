@@ -35,13 +35,13 @@ from worker.cli_common import (
 from worker.cli_ops import ops_app
 from worker.cli_scheduling import group_app, pool_app, target_app
 from worker.hub_client import (
-    CANCELLED,
     HubClient,
     HubError,
     HubSettings,
     HubUnreachableError,
     status_label,
 )
+from workflows.job_states import CANCELLED, COUNT_KINDS
 from workflows.models import ListOrder, Progress
 
 app = typer.Typer(
@@ -199,7 +199,8 @@ def dev(
 
 
 JobIdArg = Annotated[str, typer.Argument(metavar="ID", help="The job's id.")]
-STATUS_HELP = "pending, assigned, running, completed, failed, cancelled or quarantined"
+# What the counts name: a status, or `cancelled` (a failed job's own kind).
+STATUS_HELP = f"{', '.join(COUNT_KINDS[:-1])} or {COUNT_KINDS[-1]}"
 # The submit options named otherwise than the API's fields they set.
 SUBMIT_OPTIONS = {
     "cost_units": "--cost",

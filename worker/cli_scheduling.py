@@ -22,6 +22,7 @@ from worker.cli_common import (
     _print_fields,
 )
 from worker.hub_client import HubError
+from workflows.job_states import COUNT_KINDS
 
 
 def _sub_app(help_text: str) -> typer.Typer:
@@ -37,13 +38,13 @@ GroupArg = Annotated[str, typer.Argument(metavar="NAME", help="The group.")]
 PoolArg = Annotated[str, typer.Argument(metavar="NAME", help="The pool.")]
 TargetArg = Annotated[str, typer.Argument(metavar="NAME", help="The target (tenant/name too).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's object as JSON.")]
-# Counts in the order a job passes through the statuses.
-STATUS_ORDER = ("pending", "assigned", "running", "completed", "failed", "quarantined")
 
 
 def _counts(counts: Mapping[str, int]) -> str:
-    known = [s for s in STATUS_ORDER if counts.get(s)]
-    rest = sorted(s for s in counts if s not in STATUS_ORDER and counts[s])
+    """Counts in the order a job meets the statuses (`cancelled` after `failed`), then
+    any other key an older or newer API sends."""
+    known = [s for s in COUNT_KINDS if counts.get(s)]
+    rest = sorted(s for s in counts if s not in COUNT_KINDS and counts[s])
     return ", ".join(f"{s} {counts[s]}" for s in (*known, *rest)) or "no jobs"
 
 
@@ -199,6 +200,7 @@ def pool_show(name: PoolArg, as_json: JsonOpt = False) -> None:
             ("In use", str(pool["in_use"])),
             ("Pending", str(pool["pending"])),
             ("Running", str(pool["running"])),
+            ("Jobs", _counts(pool.get("counts") or {})),
         ],
     )
 
@@ -232,6 +234,7 @@ def target_show(name: TargetArg, as_json: JsonOpt = False) -> None:
             ("Halted", halted),
             ("Running", str(target["running"])),
             ("Pending", str(target["pending"])),
+            ("Jobs", _counts(target.get("counts") or {})),
         ],
     )
 

@@ -15,13 +15,12 @@ import httpx
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workflows.job_states import count_kind
 from workflows.models import Job
 
 # Where `jobforge dev` keeps the secret it generated (in its data dir).
 SECRET_FILE_NAME = "ingest-secret"
 EVENTS_PATH = "/api/jobs/events"
-# The status the CLI shows for a failed job whose fail_reason says it was cancelled.
-CANCELLED = "cancelled"
 
 
 class HubSettings(BaseSettings):
@@ -65,11 +64,13 @@ class MissingSecretError(HubError):
 
 
 def status_label(job: dict[str, Any]) -> str:
-    """A job's status as people read it: a cancelled job says `cancelled`, not `failed`."""
+    """A job's status as people read it and the counts file it: a cancelled job says
+    `cancelled`, not `failed` (a status this client does not know reads as it is)."""
     status = str(job.get("status", ""))
-    if status == "failed" and job.get("fail_reason") == CANCELLED:
-        return CANCELLED
-    return status
+    try:
+        return count_kind(status, job.get("fail_reason"))
+    except ValueError:
+        return status
 
 
 class HubClient:
@@ -141,16 +142,14 @@ class HubClient:
     def jobs(
         self, status: str | None, job_type: str | None, limit: int, order: str = "recent"
     ) -> list[dict[str, Any]]:
-        """GET /api/jobs. `cancelled` is asked as `failed` and then told apart by the
-        fail_reason, as is `failed` itself."""
+        """GET /api/jobs, of one status if asked: a status, or `cancelled` (and `failed`
+        leaves the cancelled jobs out), as the counts name them."""
         query: dict[str, Any] = {"limit": limit, "order": order}
         if status:
-            query["status"] = "failed" if status == CANCELLED else status
+            query["status"] = status
         if job_type:
             query["type"] = job_type
         listed: list[dict[str, Any]] = self.call("GET", "/api/jobs", params=query).json()
-        if status in ("failed", CANCELLED):
-            listed = [job for job in listed if status_label(job) == status]
         return listed
 
     def cancel(self, job_id: str) -> None:

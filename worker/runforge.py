@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workflows.contract_states import status_name
-from workflows.models import GATE_KEY_PATTERN, JobStatus
+from workflows.contract_states import names, status_name
+from workflows.job_states import JobStatus
+from workflows.models import GATE_KEY_PATTERN
 
 RUN_TYPE = "runforge.run"
 # A run goes once: a failed run is `failed` until retry-failed queues it again.
@@ -37,8 +38,9 @@ DaemonState = Literal["running", "stopping", "stopped"]
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
 GroupId = Annotated[str, Field(pattern=GATE_KEY_PATTERN)]
 
-# 002's state names, in the order `queue-status` counts them.
-STATE_ORDER = ("queued", "running", "succeeded", "failed", "canceled")
+# The design runforge speaks, and its state names in the order `queue-status` counts them.
+DESIGN = "002"
+STATE_ORDER = tuple(names(DESIGN))
 
 
 class Exit(IntEnum):
@@ -147,7 +149,7 @@ def run_job(run_id: str, workspace: Path, group_id: str | None, priority: int) -
 
 def state_of(job: dict[str, Any]) -> str:
     """A job's state in 002's words (the one table, workflows/contract_states.py)."""
-    return status_name(JobStatus(job["status"]), "002")
+    return status_name(JobStatus(job["status"]), DESIGN)
 
 
 def run_id_of(job: dict[str, Any]) -> str:

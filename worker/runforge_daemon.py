@@ -35,6 +35,7 @@ from worker.runforge import (
     token,
 )
 from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
+from workflows.job_states import HELD
 from workflows.models import WorkerInfo
 
 # The core events that end a run on this daemon; `job:pending` ends its attempt only
@@ -117,7 +118,7 @@ class RunReporter:
             for job_id in open_runs:
                 with contextlib.suppress(HubError):
                     status = str(read(job_id).get("status"))
-                    if status not in ("assigned", "running", "stop_requested"):
+                    if status not in HELD:
                         self._done(job_id, status)
             self.stopped.wait(0.2)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from workflows.models import Job, JobStatus
+from workflows.job_states import STATUS_ORDER, JobStatus
+from workflows.models import Job
 
 # The designs jobforge grew from; 000 is the hub's own contract.
 DESIGNS = ("000", "001", "002", "003", "004")
@@ -82,3 +83,31 @@ def state_name(job: Job, design: str) -> str:
 def names(design: str) -> list[str]:
     """Every state name of `design`, each once, in the table's order."""
     return list(dict.fromkeys(row[design] for row in STATE_NAMES.values()))
+
+
+# -- the other direction: from a design's state name back to the core ------------------
+
+_STATUS_OF: dict[Phase, JobStatus] = {
+    Phase.WAITING: JobStatus.PENDING,
+    Phase.ADMITTED: JobStatus.PENDING,
+    **{row: status for status, row in _BY_STATUS.items()},
+}
+
+
+def phases_named(design: str, name: str) -> tuple[Phase, ...]:
+    """The phases `design` calls `name`, in the table's order (none for a name it
+    does not use)."""
+    return tuple(row for row, named in STATE_NAMES.items() if named[design] == name)
+
+
+def statuses_named(design: str, name: str) -> frozenset[JobStatus]:
+    """Every status a job `design` calls `name` may read: to list such jobs, then keep
+    those whose `state_name` is `name` (a pending job may be waiting or admitted)."""
+    return frozenset(_STATUS_OF[row] for row in phases_named(design, name))
+
+
+def statuses_counted(design: str, name: str) -> frozenset[JobStatus]:
+    """The statuses whose jobs a count by status files under `name`: each status once,
+    as `status_name` reads it without the job (a pending job is waiting), so that the
+    counts of `design`'s names add up to the jobs."""
+    return frozenset(s for s in STATUS_ORDER if status_name(s, design) == name)

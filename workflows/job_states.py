@@ -8,9 +8,10 @@ workers, the CLI and the tests all read the same table. `JobStatus`, the named s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 if TYPE_CHECKING:
     from workflows.models import Job
@@ -68,6 +69,42 @@ CANCELLABLE: frozenset[JobStatus] = frozenset({P, A})
 STOPPABLE: frozenset[JobStatus] = OPEN | {S}
 # Counted together as a backlog: waiting for a worker.
 BACKLOG: frozenset[JobStatus] = frozenset({P})
+# The attempt's solver process runs (a stop_requested one until it is killed).
+SOLVING: frozenset[JobStatus] = frozenset({R, SR})
+# A stop was asked of the job (and took, or is taking, its work away).
+STOP_ASKED: frozenset[JobStatus] = frozenset({SR, S})
+
+# -- what counts name ------------------------------------------------------------------
+
+# What every count (jobs, groups, pools, targets, /metrics) and every status filter
+# names: a status, or `cancelled`, a job that reads `failed` because it was cancelled.
+# Under these names the counts add up: `failed` leaves the cancelled jobs out.
+COUNT_KINDS: tuple[str, ...] = tuple(
+    kind
+    for status in STATUS_ORDER
+    for kind in ((status.value, CANCELLED) if status == F else (status.value,))
+)
+if TYPE_CHECKING:
+    CountKind: TypeAlias = str
+else:
+    # The same names as a type, for pydantic and FastAPI to check and document (one
+    # enum of strings, one error naming them all); a type checker reads a str.
+    CountKind = Literal[COUNT_KINDS]
+
+
+def ordered(statuses: Iterable[JobStatus | str]) -> tuple[JobStatus, ...]:
+    """`statuses` once each, in STATUS_ORDER (a query or a message reads the same)."""
+    wanted = {JobStatus(status) for status in statuses}
+    return tuple(status for status in STATUS_ORDER if status in wanted)
+
+
+def kinds_of(statuses: Iterable[JobStatus | str]) -> tuple[str, ...]:
+    """The count kinds jobs in `statuses` are counted under, in COUNT_KINDS' order:
+    `failed` brings `cancelled` (a filter on these finds every such job)."""
+    wanted = {JobStatus(status).value for status in statuses}
+    if F in wanted:
+        wanted.add(CANCELLED)
+    return tuple(kind for kind in COUNT_KINDS if kind in wanted)
 
 
 def is_ended(status: JobStatus | str, reason: str | None = None) -> bool:
@@ -86,6 +123,12 @@ def ended_kind(status: JobStatus | str, reason: str | None = None) -> str | None
     if JobStatus(status) == F and reason == CANCELLED:
         return CANCELLED
     return JobStatus(status).value
+
+
+def count_kind(status: JobStatus | str, reason: str | None = None) -> str:
+    """The kind a job that reads `status` (with `fail_reason`) is counted under: its
+    status, or `cancelled` (see `ended_kind`)."""
+    return ended_kind(status, reason) or JobStatus(status).value
 
 
 # -- the edges -------------------------------------------------------------------------

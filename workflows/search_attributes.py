@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from workflows.job_states import CANCELLED, JobStatus
 from workflows.names import JOB_WORKFLOW
+
+FAILED = JobStatus.FAILED.value
 
 STATUS = SearchAttributeKey.for_keyword("JobforgeStatus")
 TYPE = SearchAttributeKey.for_keyword("JobforgeType")
@@ -37,26 +41,54 @@ REGISTRATION: dict[str, str] = {
 # -- visibility queries over jobs (pure strings) ------------------------------------
 
 JOBS = f"WorkflowType = '{JOB_WORKFLOW}'"
+# A cancelled job reads `failed` (the spec) and its execution closes Canceled; no other
+# `failed` job's does (a stopped one reads `stopped`), so this tells the two apart.
+_FAILED_BY_CANCEL = f"{STATUS.name} = '{FAILED}' AND ExecutionStatus = 'Canceled'"
+_FAILED_OTHERWISE = f"{STATUS.name} = '{FAILED}' AND ExecutionStatus != 'Canceled'"
+
+
+def kinds_clause(kinds: Iterable[str]) -> str:
+    """Jobs counted under one of `kinds` (workflows/job_states.py COUNT_KINDS): a
+    status, or `cancelled`. `failed` alone leaves the cancelled jobs out; `failed` with
+    `cancelled` is every failed job."""
+    wanted = list(dict.fromkeys(kinds))
+    every_failed = FAILED in wanted and CANCELLED in wanted
+    plain = [kind for kind in wanted if kind != CANCELLED]
+    if not every_failed and FAILED in plain:
+        plain.remove(FAILED)
+    parts = []
+    if len(plain) == 1:
+        parts.append(f"{STATUS.name} = '{plain[0]}'")
+    elif plain:
+        listed = ", ".join(f"'{one}'" for one in plain)
+        parts.append(f"{STATUS.name} IN ({listed})")
+    if not every_failed and FAILED in wanted:
+        parts.append(_FAILED_OTHERWISE)
+    if not every_failed and CANCELLED in wanted:
+        parts.append(_FAILED_BY_CANCEL)
+    if len(parts) == 1:
+        return parts[0]
+    return "(" + " OR ".join(f"({part})" for part in parts) + ")"
 
 
 def job_filter(
     status: str | None = None,
     job_type: str | None = None,
     *,
-    statuses: tuple[str, ...] = (),
+    statuses: Iterable[str] = (),
     group: str | None = None,
     pool: str | None = None,
     target: str | None = None,
 ) -> str:
-    """A visibility query for jobs with this status (or one of `statuses`), type,
-    group, pool and target (each optional). Values are the validated names of
-    workflows/models.py, which never hold a quote."""
+    """A visibility query for jobs counted under `status` (or one of `statuses`; see
+    `kinds_clause`), of this type, group, pool and target (each optional). Values are
+    the validated names of workflows/models.py, which never hold a quote."""
     clauses = [JOBS]
     if status is not None:
-        clauses.append(f"{STATUS.name} = '{status}'")
-    if statuses:
-        listed = ", ".join(f"'{one}'" for one in statuses)
-        clauses.append(f"{STATUS.name} IN ({listed})")
+        clauses.append(kinds_clause([status]))
+    kinds = list(statuses)
+    if kinds:
+        clauses.append(kinds_clause(kinds))
     for key, value in ((TYPE, job_type), (GROUP, group), (POOL, pool), (TARGET, target)):
         if value is not None:
             clauses.append(f"{key.name} = '{value}'")

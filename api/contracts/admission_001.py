@@ -34,8 +34,16 @@ from api.deps import BridgeDep, JobsDep, Services, WorkersDep
 from api.job_views import TtlCache
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
-from workflows.contract_states import Phase, phase, state_name
+from workflows.contract_states import (
+    Phase,
+    names,
+    phase,
+    state_name,
+    statuses_counted,
+    statuses_named,
+)
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, PoolFull
+from workflows.job_states import CLAIMED, JobStatus, kinds_of
 from workflows.models import (
     COST_UNITS_LIMIT,
     GATE_KEY_PATTERN,
@@ -43,7 +51,6 @@ from workflows.models import (
     WORKER_ID_PATTERN,
     Job,
     JobSpec,
-    JobStatus,
 )
 from workflows.search_attributes import job_filter
 
@@ -71,15 +78,9 @@ TIMEOUTS = (
     "max_runtime_exceeded",
     "timeout",
 )
-# A core status per design state, to list by state (the phase then picks the rows).
-STATE_STATUSES = {
-    "QUEUED": (JobStatus.PENDING,),
-    "DISPATCHING": (JobStatus.PENDING, JobStatus.ASSIGNED),
-    "RUNNING": (JobStatus.RUNNING, JobStatus.STOP_REQUESTED),
-    "DONE": (JobStatus.COMPLETED,),
-    "FAILED": (JobStatus.QUARANTINED,),
-    "CANCELED": (JobStatus.FAILED, JobStatus.STOPPED),
-}
+# The core statuses of each design state, to list by state (the phase then picks the
+# rows): from the one table of state names.
+STATE_STATUSES = {name: statuses_named(DESIGN, name) for name in names(DESIGN)}
 State = Literal["QUEUED", "DISPATCHING", "RUNNING", "DONE", "FAILED", "CANCELED"]
 AddonId = Annotated[str, Field(pattern=GATE_KEY_PATTERN)]
 
@@ -330,14 +331,7 @@ def _now_ms() -> int:
 
 # The pool's jobs by core status, as the design's states (QUEUED counts the admitted
 # intents not yet claimed too: visibility cannot tell them apart).
-METRIC_STATES = {
-    "QUEUED": (JobStatus.PENDING,),
-    "DISPATCHING": (JobStatus.ASSIGNED,),
-    "RUNNING": (JobStatus.RUNNING, JobStatus.STOP_REQUESTED),
-    "DONE": (JobStatus.COMPLETED,),
-    "FAILED": (JobStatus.QUARANTINED,),
-    "CANCELED": (JobStatus.FAILED, JobStatus.STOPPED),
-}
+METRIC_STATES = {name: statuses_counted(DESIGN, name) for name in names(DESIGN)}
 
 
 class QueueMetrics:
@@ -387,9 +381,7 @@ class QueueMetrics:
         self.addon.clear()
         for group in groups:
             queued = group.counts.get(JobStatus.PENDING.value, 0)
-            running = sum(
-                group.counts.get(s.value, 0) for s in (JobStatus.ASSIGNED, JobStatus.RUNNING)
-            )
+            running = sum(group.counts.get(s.value, 0) for s in CLAIMED)
             if queued or running:
                 self.addon.labels(group.group, "QUEUED").set(queued)
                 self.addon.labels(group.group, "RUNNING").set(running)
@@ -398,9 +390,7 @@ class QueueMetrics:
         client = services.client
         found = await asyncio.gather(
             *(
-                visibility.count(
-                    client, job_filter(statuses=tuple(s.value for s in kept), pool=self._pool)
-                )
+                visibility.count(client, job_filter(statuses=kinds_of(kept), pool=self._pool))
                 for kept in METRIC_STATES.values()
             )
         )
@@ -465,7 +455,7 @@ def router(
         page_token: str | None = None,
     ) -> list[Intent]:
         """Intents, newest first, of one state if asked (a page holds at most `limit`)."""
-        statuses = tuple(s.value for s in STATE_STATUSES[state]) if state else ()
+        statuses = kinds_of(STATE_STATUSES[state]) if state else ()
         page = await jobs.list_jobs(
             None, None, limit=limit, page_token=page_token, statuses=statuses, pool=pool
         )

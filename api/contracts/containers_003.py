@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from api.contracts.containers_003_views import (
     DESIGN,
     JOB_TYPE,
-    OPEN,
     JobInfo,
     Payload,
     QueueEntry,
@@ -49,7 +48,8 @@ from engine import log_store
 from workflows.contract_states import state_name
 from workflows.errors import HostNotAvailable, InvalidField, JobConflict, JobNotFound
 from workflows.host_models import HostInfo, WorkerNotFound
-from workflows.models import WORKER_ID_PATTERN, Job, JobStatus, WorkerInfo
+from workflows.job_states import OPEN, JobStatus
+from workflows.models import WORKER_ID_PATTERN, Job, WorkerInfo
 from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
 
 # How long a next-job call gives matching to hand over a queued job (no long poll: the

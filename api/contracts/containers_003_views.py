@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from workflows.contract_states import state_name
 from workflows.errors import Failure, InvalidField
-from workflows.models import HOST_PATTERN, Job, JobSpec, JobStatus
+from workflows.job_states import ENDED, HELD, STOP_ASKED, JobStatus
+from workflows.models import HOST_PATTERN, Job, JobSpec
 
 DESIGN = "003"
 JOB_TYPE = "simulation"
@@ -28,8 +29,6 @@ State = Literal[
     "queued", "dispatched", "running", "stop_requested", "finished", "failed", "canceled", "stopped"
 ]
 EXIT_CODE = re.compile(r"exited with code (-?\d+)")
-HELD = (JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED)
-OPEN = (JobStatus.PENDING, *HELD)
 
 
 class VolumeIn(BaseModel):
@@ -145,7 +144,7 @@ def exit_code(job: Job) -> int | None:
 
 def error(job: Job) -> str | None:
     """Why a job that ended otherwise than finished ended."""
-    if job.status in (JobStatus.QUARANTINED, JobStatus.FAILED, JobStatus.STOPPED):
+    if job.status in ENDED and job.status != JobStatus.COMPLETED:
         return job.fail_reason
     return None
 
@@ -192,7 +191,7 @@ class Status(BaseModel):
             worker_id=job.worker_id,
             exit_code=exit_code(job),
             error=error(job),
-            stop_requested=job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED),
+            stop_requested=job.status in STOP_ASKED,
             status_updated_at=updated_at(job),
         )
 

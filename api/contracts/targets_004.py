@@ -31,7 +31,8 @@ from api.routes.jobs import JobId
 from workflows.contract_states import state_name
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound
 from workflows.gate_models import TargetResume
-from workflows.models import Job, JobSpec, JobStatus
+from workflows.job_states import HELD, JobStatus
+from workflows.models import Job, JobSpec
 
 DESIGN = "004"
 SEGMENT = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
@@ -43,7 +44,6 @@ MESSAGES = {
 FAIL_MESSAGES = {
     ErrorType.HEARTBEAT_TIMEOUT.value: "Lease expired: the worker stopped renewing it",
 }
-HELD = (JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED)
 
 TargetId = Annotated[str, Path(pattern=SEGMENT, description="The target, within the tenant")]
 

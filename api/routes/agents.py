@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from api.deps import Authorized, BridgeDep, MetricsDep, WorkersDep
 from api.routes.jobs import JobId
-from workflows.models import HOST_PATTERN, TYPE_PATTERN, WORKER_ID_PATTERN, ClaimedJob, JobStatus
+from workflows.job_states import JobStatus
+from workflows.models import HOST_PATTERN, TYPE_PATTERN, WORKER_ID_PATTERN, ClaimedJob
 
 router = APIRouter(prefix="/api", tags=["agents"], dependencies=[Authorized])
 

@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field
 
 from api.deps import Authorized, ConfigDep, ViewsDep
 from api.job_views import JobPage
-from workflows.models import TYPE_PATTERN, JobStatus
+from api.routes.jobs import StatusFilter
+from workflows.models import TYPE_PATTERN
 
 router = APIRouter(prefix="/api", tags=["dashboard"], dependencies=[Authorized])
 
@@ -28,7 +29,7 @@ class UiConfig(BaseModel):
 @router.get("/jobs/page", response_model=JobPage)
 async def jobs_page(
     views: ViewsDep,
-    status: JobStatus | None = None,
+    status: StatusFilter = None,
     type: TypeFilter = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
@@ -42,8 +43,9 @@ async def jobs_page(
 async def jobs_counts(
     views: ViewsDep, response: Response, type: TypeFilter = None
 ) -> dict[str, int]:
-    """How many jobs are in each status; `cancelled` (failed by a cancel) is counted
-    apart from `failed`. `X-Counts-As-Of` says when they were made (epoch ms): they are
+    """How many jobs are in each status, `cancelled` ones (failed by a cancel) apart from
+    `failed`: they add up to the jobs, and the list filtered by each (`?status=`) holds
+    that many. `X-Counts-As-Of` says when they were made (epoch ms): they are
     reused METRICS_CACHE_MS, and a kept answer is given while a fresh one is made."""
     counted, as_of = await views.counts_timed(type)
     response.headers["X-Counts-As-Of"] = str(as_of)

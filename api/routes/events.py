@@ -16,7 +16,8 @@ from pydantic import BaseModel
 from api.deps import Authorized, ConfigDep, FeedDep, bearer_ok
 from api.event_feed import JobEvent, JobProgress, ProgressSettings, key_of
 from workflows.errors import InvalidField, Unauthorized
-from workflows.models import TYPE_PATTERN, JobStatus
+from workflows.job_states import JobStatus
+from workflows.models import TYPE_PATTERN
 
 router = APIRouter(prefix="/api", tags=["events"])
 

@@ -10,11 +10,17 @@ from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.deps import Authorized, GatesDep, JobsDep, MetricsDep
 from api.job_service import LIST_LIMIT_MAX
-from workflows.models import TYPE_PATTERN, Job, JobSpec, JobStatus, ListOrder
+from workflows.job_states import CountKind, JobStatus
+from workflows.models import TYPE_PATTERN, Job, JobSpec, ListOrder
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
 
 JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
+# A list's status filter: what the counts name (a status, or `cancelled`).
+StatusFilter = Annotated[
+    CountKind | None,
+    Query(description="A status, or `cancelled`; `failed` leaves cancelled jobs out"),
+]
 
 # Routes of their own under /api/jobs/. A job id path segment never takes these names, so
 # each such path is served by its own route for every method: `DELETE /api/jobs/counts`
@@ -77,7 +83,7 @@ async def list_jobs(
     request: Request,
     response: Response,
     jobs: JobsDep,
-    status: JobStatus | None = None,
+    status: StatusFilter = None,
     type: Annotated[str | None, Query(pattern=TYPE_PATTERN)] = None,
     limit: Annotated[
         int, Query(ge=1, description=f"Page size; above {LIST_LIMIT_MAX} it is cut to it")
@@ -86,13 +92,16 @@ async def list_jobs(
     order: ListOrder = ListOrder.RECENT,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> list[Job]:
-    """A page of jobs. `order=recent` (the default): open jobs newest first, then
-    closed ones most recently closed first, visibility's own order. `order=priority`:
-    priority descending, then oldest first (the claim order), found with counts. Either
-    costs O(offset + limit) whatever the number of jobs."""
+    """A page of jobs, of one status if asked: `cancelled` is a job failed by a cancel
+    (status `failed`, fail_reason `cancelled`), and `failed` leaves those out, as the
+    counts do (`GET /api/jobs/counts`). `order=recent` (the default): open jobs newest
+    first, then closed ones most recently closed first, visibility's own order.
+    `order=priority`: priority descending, then oldest first (the claim order), found
+    with counts. Either costs O(offset + limit) whatever the number of jobs."""
     listed = await jobs.list_jobs(
-        status,
+        None,
         type,
+        statuses=(status,) if status is not None else (),
         limit=min(limit, LIST_LIMIT_MAX),
         offset=offset,
         order=order,

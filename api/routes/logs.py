@@ -17,7 +17,8 @@ from api.deps import Authorized, ConfigDep, JobsDep
 from engine import log_store
 from engine.log_store import LogLine
 from workflows.errors import InvalidField, JobConflict
-from workflows.models import WORKER_ID_PATTERN, Job, JobStatus
+from workflows.job_states import HELD
+from workflows.models import WORKER_ID_PATTERN, Job
 
 router = APIRouter(prefix="/api/jobs", tags=["logs"], dependencies=[Authorized])
 
@@ -25,7 +26,6 @@ JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job i
 FOLLOW_POLL_S = 0.2
 # How often a follower re-reads the job to learn that the attempt is over.
 FOLLOW_STATUS_S = 1.0
-RUNNING = (JobStatus.ASSIGNED, JobStatus.RUNNING, JobStatus.STOP_REQUESTED)
 UPLOAD_LINES_MAX = 2000
 
 
@@ -65,7 +65,7 @@ def _attempt_of(job: Job, asked: int | None, root: FilePath) -> int | None:
 def _over(job: Job, attempt: int) -> bool:
     """Whether an attempt has ended: a later one began, or it was claimed and the job
     is no longer assigned or running (an attempt not claimed yet is still to come)."""
-    return job.attempt != attempt or (job.status not in RUNNING and job.attempts >= attempt)
+    return job.attempt != attempt or (job.status not in HELD and job.attempts >= attempt)
 
 
 def _sse(event: str, data: object, event_id: int | None = None) -> bytes:

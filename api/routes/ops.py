@@ -10,13 +10,13 @@ from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.deps import Authorized, JobsDep
-from workflows.models import TYPE_PATTERN, Job, JobStatus
+from workflows.job_states import ENDED, JobStatus
+from workflows.models import TYPE_PATTERN, Job
 from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
 
 router = APIRouter(prefix="/api/ops", tags=["ops"], dependencies=[Authorized])
 
 JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
-ENDED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.QUARANTINED, JobStatus.STOPPED)
 
 
 class FailBody(BaseModel):

@@ -147,11 +147,6 @@ function debounce(fn, wait, maxWait = Infinity) {
   return call;
 }
 
-// The API's status filter for a chip: cancelled jobs are failed ones, told apart here.
-function apiStatus(label) {
-  return label === "cancelled" ? "failed" : label;
-}
-
 function statusLabel(job) {
   return job.status === "failed" && job.fail_reason === "cancelled" ? "cancelled" : job.status;
 }
@@ -376,7 +371,8 @@ async function loadPage() {
   const generation = ++state.generation;
   state.pageDirty = false;
   const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
-  if (state.status) params.set("status", apiStatus(state.status));
+  // A chip's name is the API's filter: `cancelled` too, and `failed` leaves those out.
+  if (state.status) params.set("status", state.status);
   if (state.type) params.set("type", state.type);
   const token = state.tokens[state.page];
   if (token) params.set("page_token", token);
