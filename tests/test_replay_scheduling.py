@@ -19,10 +19,14 @@ committed (see git history).
   never did.
 - `-v4`: host pinning (HOST_PINNING_PATCH): a preferred host's job that fell back to
   the shared queue, and a required host's job whose host never came.
+- `-v5`: a stop waits for the work to be gone (STOP_WAITS_FOR_WORK_PATCH): a job stopped
+  once its attempt's work ended, one whose worker died during the stop (heartbeat
+  timeout), and a re-queued ended job (`JobInput.resumed`) that then completed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -31,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
@@ -38,19 +43,22 @@ from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
+from workflows import search_attributes
 from workflows.gate_workflow import GateWorkflow
+from workflows.job_states import JobStatus
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
     GRANTED_AT_SUBMIT_PATCH,
     HOST_PINNING_PATCH,
     SCHEDULING_PATCH,
+    STOP_WAITS_FOR_WORK_PATCH,
     JobWorkflow,
 )
-from workflows.models import JobSpec
+from workflows.models import JobInput
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v4"  # the set the recorder writes
+SUFFIX = "-v5"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -75,12 +83,18 @@ SETS = {
         "job-preferred-host-fell-back-completed": ("JobWorkflow", "COMPLETED"),
         "job-required-host-unavailable": ("JobWorkflow", "FAILED"),
     },
+    "-v5": {
+        "job-stopped-after-its-work-was-gone": ("JobWorkflow", "CANCELED"),
+        "job-stopped-worker-died-during-stop": ("JobWorkflow", "CANCELED"),
+        "job-requeued-after-quarantine-completed": ("JobWorkflow", "COMPLETED"),
+    },
 }
 PATCHES = {
     "-v1": SCHEDULING_PATCH,
     "-v2": GRANTED_AT_SUBMIT_PATCH,
     "-v3": CANCEL_WAIT_PATCH,
     "-v4": HOST_PINNING_PATCH,
+    "-v5": STOP_WAITS_FOR_WORK_PATCH,
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -132,19 +146,56 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
 
-    # A preferred host that never takes the job: it goes to the shared queue.
-    preferred = JobSpec(type="in-process", preferred_host="host-b", preferred_host_wait_ms=500)
-    fell_back = await harness.submit(
-        spec=preferred, preferred_task_queue=f"{harness.task_queue}@host-b"
-    )
-    await save(client, fell_back.id, f"job-preferred-host-fell-back-completed{SUFFIX}")
+    stand_in = harness.stand_in
+    # A stop whose attempt ends only once its work is gone.
+    gone = asyncio.Event()
+    stand_in.default = stand_in.linger(gone)
+    stopped = await harness.submit()
+    await harness.wait_status(stopped, JobStatus.RUNNING)
+    await stopped.execute_update(JobWorkflow.stop)
+    await stopped.cancel()
+    try:
+        await wait_until_async(lambda: _cancelled(stand_in.cancelled), timeout=10, what="cancel")
+    finally:
+        gone.set()
+    await save(client, stopped.id, f"job-stopped-after-its-work-was-gone{SUFFIX}")
 
-    # A required host that never comes: the job ends failed, host_unavailable.
-    required = JobSpec(type="in-process", require_host="host-z", require_host_wait_ms=500)
-    unavailable = await harness.submit(
-        spec=required, activity_task_queue=f"{harness.task_queue}@host-z"
+    # A stop whose worker died: the heartbeat timeout ends the attempt.
+    stand_in.default = stand_in.fall_silent(("assigned", "running"))
+    died = await harness.submit(heartbeat_timeout_ms=1000)
+    await harness.wait_status(died, JobStatus.RUNNING)
+    await died.execute_update(JobWorkflow.stop)
+    await died.cancel()
+    await save(client, died.id, f"job-stopped-worker-died-during-stop{SUFFIX}")
+
+    # An ended job re-queued as the API does: a new run carrying the job as it ended.
+    stand_in.default = stand_in.fail("solver_exit", "boom")
+    failed = await harness.submit(max_attempts=1)
+    await harness.wait_status(failed, JobStatus.QUARANTINED)
+    assert await harness.closed(failed) == WorkflowExecutionStatus.FAILED
+    ended = await harness.job(failed)
+    first = await failed.fetch_history()
+    started = first.events[0].workflow_execution_started_event_attributes
+    inp = pydantic_data_converter.payload_converter.from_payloads(
+        started.input.payloads, [JobInput]
+    )[0]
+    stand_in.default = stand_in.succeed()
+    resumed = inp.model_copy(update={"resumed": ended, "resumed_by": "ops"})
+    handle = await client.start_workflow(
+        JobWorkflow.run,
+        resumed,
+        id=failed.id,
+        task_queue=harness.task_queue,
+        search_attributes=search_attributes.at_submit("in-process", 0, inp.created_at),
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     )
-    await save(client, unavailable.id, f"job-required-host-unavailable{SUFFIX}")
+    await save(
+        client, failed.id, f"job-requeued-after-quarantine-completed{SUFFIX}", handle.result_run_id
+    )
+
+
+async def _cancelled(attempts: list[int]) -> bool:
+    return bool(attempts)
 
 
 # -- replay (always) --------------------------------------------------------------------

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         GateSettings,
         ReleaseOutcome,
     )
-    from workflows.job_states import OPEN, STOPPABLE, JobMachine, JobStatus
+    from workflows.job_states import CANCELLABLE, OPEN, STOPPABLE, JobMachine, JobStatus
     from workflows.models import (
         WAITING_AT,
         AttemptReport,
@@ -383,8 +383,19 @@ class JobWorkflow:
                     raise
                 if self._stopping:
                     self._stop_after_failure(err)
+                    # Its work ended by itself (or its worker died) after the API's cancel
+                    # request: stopped as by the cancel, so re-queueable (group, target).
+                    cancelled = (
+                        workflow.cancellation_reason() is not None and self._waits_for_work()
+                    )
+                    self._held = cancelled and inp.requeue_hold_ms > 0
                     await self._release(gates, "stopped")
-                    break
+                    if not cancelled:
+                        break
+                    self._cancel_requested = True
+                    if await self._held_for_requeue(inp):
+                        continue
+                    raise asyncio.CancelledError from err
                 try:
                     if self._host_wait_over(inp, err):
                         continue
@@ -816,7 +827,7 @@ class JobWorkflow:
         `stop_requested`, and `stopped` once the API's workflow cancel request has
         cancelled its attempt (the worker kills the solver: SIGTERM, then SIGKILL)."""
         job = self._job
-        if job.status in (JobStatus.PENDING, JobStatus.ASSIGNED) and not self._cancelled:
+        if job.status in CANCELLABLE and not self._cancelled:
             return self._cancel_now()
         if job.status == JobStatus.RUNNING:
             self._stopping = True
@@ -841,7 +852,7 @@ class JobWorkflow:
     @cancel.validator
     def _validate_cancel(self) -> None:
         status = self._job.status
-        if self._cancelled or status in (JobStatus.PENDING, JobStatus.ASSIGNED):
+        if self._cancelled or status in CANCELLABLE:
             return
         raise ApplicationError(
             f"job is {status.value}; only pending or assigned jobs can be cancelled",
