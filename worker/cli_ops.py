@@ -36,7 +36,8 @@ def duration_s(text: str) -> float:
 
 @ops_app.command("requeue", cls=_Command)
 def ops_requeue(job_id: JobIdArg) -> None:
-    """Re-queue a job that has not completed (a running attempt is ended first)."""
+    """Re-queue any job under its id: an ended one comes back to pending with its history
+    and max_attempts more attempts; a running attempt is ended first."""
     with _hub() as hub:
         job = hub.ops(job_id, "requeue")
     typer.echo(f"{job_id} {status_label(job)} (attempt {job['attempt']})")
