@@ -21,6 +21,7 @@ from workflows.errors import (
     InvalidField,
     JobConflict,
     JobforgeError,
+    JobGone,
     JobNotFound,
     PoolFull,
     TemporalCallFailed,
@@ -43,6 +44,7 @@ RETRY_AFTER = {"Retry-After": "1"}
 STATUS: dict[type[JobforgeError], int] = {
     InvalidField: 422,
     JobNotFound: 404,
+    JobGone: 410,
     PoolFull: 429,
     GroupNotFound: 404,
     WorkerNotFound: 404,

@@ -10,11 +10,15 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
+import uuid6
 from pydantic import ValidationError
 from temporalio.api.common.v1 import WorkflowExecution as ProtoExecution
-from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.api.workflowservice.v1 import (
+    DeleteWorkflowExecutionRequest,
+    DescribeNamespaceRequest,
+)
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -46,6 +50,7 @@ from workflows.errors import (
     ErrorType,
     InvalidField,
     JobConflict,
+    JobGone,
     JobNotFound,
     PoolFull,
     TemporalCallFailed,
@@ -104,6 +109,23 @@ def job_id_for_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+def new_job_id() -> str:
+    """A generated job id: a UUIDv7 (RFC 9562) as 32 hex digits, so it says when it was
+    made (a job gone from Temporal is then told apart from one that never was)."""
+    return uuid6.uuid7().hex
+
+
+def submitted_at_ms(job_id: str) -> int | None:
+    """When a generated job id was made (epoch ms); None for any other id."""
+    try:
+        parsed = uuid.UUID(hex=job_id)
+    except ValueError:
+        return None
+    if len(job_id) != 32 or parsed.version != 7:
+        return None
+    return parsed.int >> 80
+
+
 class JobService:
     """What the REST facade does with Temporal."""
 
@@ -127,6 +149,7 @@ class JobService:
         self._cutoffs = visibility.Cutoffs()
         self._registered_types: set[str] = set()
         self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
+        self._retention_kept: timedelta | None = None
 
     # -- submit --------------------------------------------------------------------
 
@@ -143,7 +166,7 @@ class JobService:
             if problem is not None:
                 raise InvalidField(*problem)
         queue, preferred_queue = self._queues(spec)
-        job_id = job_id_for_key(idempotency_key) if idempotency_key else uuid.uuid4().hex
+        job_id = job_id_for_key(idempotency_key) if idempotency_key else new_job_id()
         created = now_ms()
         if spec.deadline_at is not None and spec.deadline_at <= created:
             raise InvalidField("deadline_at", "is in the past")
@@ -426,7 +449,7 @@ class JobService:
             closed = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
         except RPCError as err:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-                raise JobNotFound(job_id) from err
+                await self._gone_or_unknown(job_id)
             raise
         ended = await self.get(job_id)
         if closed.status == WorkflowExecutionStatus.RUNNING:
@@ -463,6 +486,26 @@ class JobService:
         if admitted.later:
             await self._gates.enqueue(job_id, spec, ended.created_at, admitted.later)
         return resumed
+
+    async def _gone_or_unknown(self, job_id: str) -> NoReturn:
+        """A job id Temporal does not know: 410 if its id says it was submitted before
+        the namespace's retention began (it closed and was deleted), else 404."""
+        submitted = submitted_at_ms(job_id)
+        if submitted is not None:
+            retention = await self._retention()
+            if retention is not None and submitted < now_ms() - retention.total_seconds() * 1000:
+                when = datetime.fromtimestamp(submitted / 1000, UTC).isoformat(timespec="seconds")
+                raise JobGone(job_id, when, retention.total_seconds() / 86400)
+        raise JobNotFound(job_id)
+
+    async def _retention(self) -> timedelta | None:
+        """How long the namespace keeps closed workflows (read once per process)."""
+        if self._retention_kept is None:
+            request = DescribeNamespaceRequest(namespace=self._client.namespace)
+            answer = await self._client.workflow_service.describe_namespace(request)
+            ttl = answer.config.workflow_execution_retention_ttl
+            self._retention_kept = ttl.ToTimedelta() if ttl.seconds or ttl.nanos else None
+        return self._retention_kept
 
     async def _delete_run(self, job_id: str, run_id: str | None) -> None:
         """Delete one closed run of a job (its history and its visibility row)."""

@@ -78,7 +78,9 @@ def document(app: FastAPI) -> None:
                     add("404", "No job ever named this group, and no setting was made for it")
                 if path.startswith("/api/ops/jobs/"):
                     add("404", "No such job")
-                    add("409", "The job has ended (or, for requeue, completed)")
+                    add("409", "The job has ended (fail), or cannot be re-queued in its state")
+                if path.endswith("/requeue"):
+                    add("410", "The job is past the namespace's retention: its record is gone")
                 if path.startswith("/api/targets/") and method == "post":
                     add("409", "The halting job can no longer be retried")
                 if method in ("post", "delete") and path.startswith("/api/jobs"):

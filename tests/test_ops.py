@@ -3,8 +3,10 @@ cancel any job that has not ended, audited `by: "ops"`; cleanup of old closed jo
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -229,6 +231,42 @@ def test_a_job_submitted_with_an_idempotency_key_keeps_it_when_retried(
     wait_until(lambda: len(_listed(api, job_type)) == 1, timeout=20)
 
 
-def test_a_retry_of_an_unknown_job_is_a_404(start_stack: Callable[..., Stack]) -> None:
+def _uuid7_at(ms: int) -> str:
+    """A generated job id (UUIDv7) made at `ms`."""
+    value = (ms << 80) | (0x7 << 76) | (0b10 << 62) | (uuid.uuid4().int & ((1 << 62) - 1))
+    return uuid.UUID(int=value).hex
+
+
+def test_a_retry_of_a_job_past_retention_is_a_410_and_of_an_unknown_one_a_404(
+    start_stack: Callable[..., Stack],
+) -> None:
     api = start_stack().api
-    assert api.http.post(f"/api/ops/jobs/{uuid.uuid4().hex}/requeue").status_code == 404
+    job_id = api.submit(type="nobody-serves-this")
+    assert uuid.UUID(hex=job_id).version == 7  # a generated id says when it was made
+    now = int(time.time() * 1000)
+    old = _uuid7_at(now - 400 * 24 * 3600 * 1000)  # older than any retention
+    gone = api.http.post(f"/api/ops/jobs/{old}/requeue")
+    assert gone.status_code == 410, gone.text
+    assert "retention" in gone.json()["error"]
+    for unknown in (_uuid7_at(now), uuid.uuid4().hex):
+        assert api.http.post(f"/api/ops/jobs/{unknown}/requeue").status_code == 404
+
+
+def test_retries_of_one_closed_job_at_once_make_one_run(
+    start_stack: Callable[..., Stack],
+) -> None:
+    api = start_stack().api
+    job_type = f"retry-{uuid.uuid4().hex[:8]}"
+    job_id = api.submit(type=job_type, max_attempts=1)
+    _agent_run(api, job_type, job_id, fail="boom")
+    api.wait_status(job_id, "quarantined")
+    with ThreadPoolExecutor(5) as callers:
+        answers = list(
+            callers.map(lambda _: api.http.post(f"/api/ops/jobs/{job_id}/requeue"), range(5))
+        )
+    assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers]
+    wait_until(lambda: [j["id"] for j in _listed(api, job_type)] == [job_id], timeout=20)
+    job = api.job(job_id)
+    assert [t["reason"] for t in job["transitions"]].count("requeued") == 1
+    assert _agent_run(api, job_type, job_id) == 2
+    assert api.wait_status(job_id, "completed")["attempts"] == 2

@@ -147,6 +147,18 @@ class JobNotFound(JobforgeError):  # noqa: N818 - the domain's own words
         super().__init__(f"job {job_id} not found", id=job_id)
 
 
+class JobGone(JobforgeError):  # noqa: N818 - the domain's own words
+    """The job existed (its id tells when it was submitted) but has been deleted: it
+    closed longer ago than the namespace keeps closed workflows."""
+
+    def __init__(self, job_id: str, submitted: str, retention_days: float) -> None:
+        super().__init__(
+            f"job {job_id} was submitted {submitted} and is past the namespace's retention "
+            f"of {retention_days:g} days: its record is gone",
+            id=job_id,
+        )
+
+
 class GroupNotFound(JobforgeError):  # noqa: N818 - the domain's own words
     """No job ever named this group, and no setting was made for it."""
 

@@ -21,6 +21,11 @@ const CANCELLABLE = new Set(["pending", "assigned"]);
 const STOPPABLE = new Set(["pending", "assigned", "running"]);
 // An attempt is under way (or about to be): its progress and log lines may still change.
 const LIVE = new Set(["assigned", "running", "stop_requested"]);
+// An ended job, as workflows/job_states.py's is_ended tells it: completed, quarantined or
+// stopped, or failed for a final reason (a failed attempt with another to come is open).
+// POST /api/ops/jobs/{id}/requeue retries it under its id.
+const TERMINAL = new Set(["completed", "quarantined", "stopped"]);
+const FINAL_FAILED_REASONS = new Set(["cancelled", "deadline_exceeded", "host_unavailable"]);
 const TYPE_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const TOKEN_KEY = "jobforge.token";
 // Rows per page: 50, or ?limit=N (1…200) in the page's address.
@@ -62,6 +67,7 @@ const state = {
   detail: null,
   cancelMessage: null, // {id, text, error}
   stopMessage: null, // {id, text, error}: the last stop's answer
+  retryMessage: null, // {id, text, error}: the last retry's answer
   log: null, // the open job's log view (see newLog)
   groups: [], // GET /api/groups, as last read or changed here
   pools: [], // GET /api/pools
@@ -149,6 +155,11 @@ function debounce(fn, wait, maxWait = Infinity) {
 
 function statusLabel(job) {
   return job.status === "failed" && job.fail_reason === "cancelled" ? "cancelled" : job.status;
+}
+
+function isEnded(job) {
+  if (job.status === "failed") return FINAL_FAILED_REASONS.has(job.fail_reason);
+  return TERMINAL.has(job.status);
 }
 
 function badge(job) {
@@ -642,6 +653,7 @@ function selectJob(id) {
   if (state.selected !== id) {
     state.cancelMessage = null;
     state.stopMessage = null;
+    state.retryMessage = null;
     dropLog();
     if (state.targetMessages.size) {
       state.targetMessages.clear();
@@ -747,6 +759,7 @@ function table(id, headings, rows) {
 function renderDetail(job) {
   const message = state.cancelMessage && state.cancelMessage.id === job.id ? state.cancelMessage : null;
   const stopped = state.stopMessage && state.stopMessage.id === job.id ? state.stopMessage : null;
+  const retried = state.retryMessage && state.retryMessage.id === job.id ? state.retryMessage : null;
   const actions = h(
     "div",
     { class: "actions" },
@@ -760,10 +773,17 @@ function renderDetail(job) {
       h("button", { id: "stop-button", class: "danger", type: "button",
                     title: "POST /api/jobs/{id}/stop: a running job's solver is killed",
                     onclick: () => stopJob(job.id) }, "Stop job"),
+    false && isEnded(job) &&
+      h("button", { id: "retry-button", class: "danger", type: "button",
+                    title: "POST /api/ops/jobs/{id}/requeue: run it again under the same id, " +
+                           "with max_attempts more attempts",
+                    onclick: () => retryJob(job.id) }, "Retry"),
     message && h("span", { id: "cancel-message", class: message.error ? "error" : "ok" },
                  message.text),
     stopped && h("span", { id: "stop-message", class: stopped.error ? "error" : "ok",
                            "data-status": stopped.status }, stopped.text),
+    retried && h("span", { id: "retry-message", class: retried.error ? "error" : "ok",
+                           "data-status": retried.status }, retried.text),
   );
   const waited = job.claimed_at ? job.claimed_at - job.created_at : null;
   const ran = job.claimed_at && job.completed_at ? job.completed_at - job.claimed_at : null;
@@ -883,6 +903,25 @@ async function stopJob(id) {
     } else {
       state.stopMessage = { id, status: "", text: `Not stopped: ${await errorText(response)}`,
                             error: true };
+    }
+    if (state.detail && state.detail.id === id && state.selected === id) renderDetail(state.detail);
+    await loadDetail(id);
+  });
+  refreshSoon();
+}
+
+async function retryJob(id) {
+  const button = $("#retry-button");
+  if (button) button.disabled = true;
+  await guard(async () => {
+    const response = await api(`/api/ops/jobs/${encodeURIComponent(id)}/requeue`,
+                               { method: "POST" });
+    if (response.ok) {
+      const status = statusLabel(await response.json());
+      state.retryMessage = { id, status, text: `Retry accepted: ${status}.`, error: false };
+    } else {
+      state.retryMessage = { id, status: "", text: `Not retried: ${await errorText(response)}`,
+                             error: true };
     }
     if (state.detail && state.detail.id === id && state.selected === id) renderDetail(state.detail);
     await loadDetail(id);
