@@ -1,10 +1,11 @@
 """The job detail's controls in a real (headless) Chromium against real API and worker
 processes: a running job's progress bar (moved by job:progress events, in its row too),
-its log view, and the Stop button."""
+its log view, and the Stop and Retry buttons."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,48 @@ def test_the_stop_button_stops_a_running_job(
     expect(page.locator('#status-chips [data-count="stopped"]')).to_have_text(
         "1", timeout=LIVE_TIMEOUT_MS
     )
+
+
+def test_the_retry_button_requeues_a_cancelled_job_under_its_id(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    # Not before an hour from now: the job stays pending, before and after its retry.
+    later = int(time.time() * 1000) + 3_600_000
+    job_id = api.submit(**make_solver('print("{}")\n').spec(job_type, earliest_start_at=later))
+    sign_in(page, api, job_type=job_type)
+    row(page, job_id).click()
+    badge = page.locator("#job-detail .actions .badge")
+    expect(badge).to_have_text("pending")
+    expect(page.locator("#stop-button")).to_be_visible()
+    expect(page.locator("#retry-button")).to_have_count(0)  # an open job: no retry
+
+    assert api.http.delete(f"/api/jobs/{job_id}").status_code == 204
+    job_when(
+        api,
+        job_id,
+        lambda j: (j["status"], j["fail_reason"]) == ("failed", "cancelled"),
+        "the job cancelled",
+    )
+    expect(badge).to_have_text("cancelled", timeout=LIVE_TIMEOUT_MS)
+    retry = page.locator("#retry-button")
+    expect(retry).to_have_attribute("title", re.compile(r"^POST /api/ops/jobs/\{id\}/requeue: "))
+    retry.click()
+    message = page.locator("#retry-message")
+    expect(message).to_have_text("Retry accepted: pending.")
+    expect(message).to_have_attribute("data-status", "pending")
+    expect(badge).to_have_text("pending")
+    expect(page.locator("#detail-id")).to_have_text(job_id)
+    expect(page.locator("#retry-button")).to_have_count(0)
+    expect(page.locator("#stop-button")).to_be_visible()
+    expect(row(page, job_id)).to_have_attribute("data-status", "pending", timeout=LIVE_TIMEOUT_MS)
+
+    job = api.job(job_id)
+    assert job["status"] == "pending"
+    last = job["transitions"][-1]
+    assert (last["status"], last["reason"], last["by"]) == ("pending", "requeued", "ops")
+    # The cancel before it is still on record: the same job went on.
+    assert "cancelled" in [t["reason"] for t in job["transitions"][:-1]]
+    assert api.http.delete(f"/api/jobs/{job_id}").status_code == 204
 
 
 def test_the_log_view_keeps_only_the_last_lines(

@@ -773,7 +773,7 @@ function renderDetail(job) {
       h("button", { id: "stop-button", class: "danger", type: "button",
                     title: "POST /api/jobs/{id}/stop: a running job's solver is killed",
                     onclick: () => stopJob(job.id) }, "Stop job"),
-    false && isEnded(job) &&
+    isEnded(job) &&
       h("button", { id: "retry-button", class: "danger", type: "button",
                     title: "POST /api/ops/jobs/{id}/requeue: run it again under the same id, " +
                            "with max_attempts more attempts",
