@@ -241,6 +241,7 @@ class JobService:
             gate_weight=admitted.weight,
             resumed=resumed,
             resumed_by=REQUEUED_BY if resumed is not None else None,
+            stop_waits_for_work=True,
         )
 
     async def _start(

@@ -201,6 +201,7 @@ class Harness:
         admit: bool = True,
         cancel_wait_ms: int = 0,
         preferred_task_queue: str | None = None,
+        stop_waits_for_work: bool = True,
     ) -> JobHandle:
         """Start a job as the API does: the leases its gates grant at once, its input
         and initial search attributes, then its place at the gates that queued it.
@@ -229,6 +230,7 @@ class Harness:
             gate_weight=admitted.weight,
             cancel_wait_ms=cancel_wait_ms,
             preferred_task_queue=preferred_task_queue,
+            stop_waits_for_work=stop_waits_for_work,
         )
         handle = await self.client.start_workflow(
             JobWorkflow.run,

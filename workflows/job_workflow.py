@@ -95,7 +95,10 @@ HOST_PINNING_PATCH = "host-pinning"
 # A cancelled attempt ends when its work is gone (the worker killed the process group or
 # removed the container, the agent reported it stopped, or its heartbeat timed out), not
 # when the cancel is asked: a stopped job reads `stop_requested` until then, and keeps its
-# leases. Before this patch the attempt was given up at once (TRY_CANCEL).
+# leases. Before, the attempt was given up at once (TRY_CANCEL). A job started since says
+# so in its input (`JobInput.stop_waits_for_work`): a patch marker would cost every job a
+# marker and the SDK's TemporalChangeVersion upsert. Runs recorded while this was the
+# patch below (never released; tests/histories/*-v5) replay by its marker.
 STOP_WAITS_FOR_WORK_PATCH = "stop-waits-for-the-work"
 
 
@@ -115,6 +118,8 @@ class JobWorkflow:
         self._claimed_attempt = 0
         self._handle: workflow.ActivityHandle[AttemptResult] | None = None
         self._cancelled = False
+        self._stop_waits_input = inp.stop_waits_for_work
+        self._stop_waits: bool | None = None
         # The scheduled path's state (docs/scheduling.md).
         self._attempts_base = 0
         self._asked: set[str] = set()
@@ -256,9 +261,14 @@ class JobWorkflow:
         )
 
     def _waits_for_work(self) -> bool:
-        """Whether a cancelled attempt is awaited until its work is gone (the marker is
-        recorded once per job, at its first attempt)."""
-        return workflow.patched(STOP_WAITS_FOR_WORK_PATCH)
+        """Whether a cancelled attempt is awaited until its work is gone: the job's input
+        says so; a history recorded under the patch says so by its marker (asked only
+        while replaying, so a live run never records one)."""
+        if self._stop_waits is None:
+            self._stop_waits = self._stop_waits_input or (
+                workflow.unsafe.is_replaying() and workflow.patched(STOP_WAITS_FOR_WORK_PATCH)
+            )
+        return self._stop_waits
 
     # -- host pinning ------------------------------------------------------------------
 

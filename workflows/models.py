@@ -452,6 +452,9 @@ class JobInput(BaseModel):
     # re-queued it. None for a submitted job.
     resumed: Job | None = None
     resumed_by: str | None = None
+    # A cancelled attempt is awaited until its work is gone (workflows/job_workflow.py,
+    # STOP_WAITS_FOR_WORK_PATCH); False in every input from before.
+    stop_waits_for_work: bool = False
 
 
 def pending_job(inp: JobInput) -> Job:
