@@ -107,6 +107,15 @@ def test_an_interrupt_pauses_the_job_and_halts_the_target_until_the_job_is_resum
 
     answer = ok(target.post(first["id"], "cancel"))
     assert (answer["status"], answer["cancel_requested"]) in (("RUNNING", True), ("PAUSED", False))
+    # The owner sees the cancel at its heartbeat, cancels its execution and says so (004
+    # §"Cancellation"); until then the job runs on and still holds its target.
+    seen = target.beat(first["id"], "w-1")
+    assert seen.status_code == 409 and seen.json()["stop"] is True, seen.text
+    assert target.job(first["id"])["status"] == "RUNNING"
+    reported = target.hub.http.post(
+        f"/api/jobs/{first['id']}/fail", json={"worker_id": "w-1", "reason": "stopped"}
+    )
+    assert reported.status_code == 200, reported.text
     paused = target.wait_status(first["id"], "PAUSED")
     assert paused["message"] == "Job was interrupted by user"
     assert paused["lease_owner"] is None
