@@ -96,9 +96,6 @@ class JobList:
 
 
 KNOWN_TYPES_TTL_S = 1.0
-# Statuses of open jobs only: a list of them is the live backlog, bounded however many
-# jobs have closed (api/visibility.py reads it through its own index).
-BACKLOG_STATUSES = OPEN
 SPEC_FIELDS = set(JobSpec.model_fields)
 # Who re-queues a job through the ops routes, in its transitions (`by`).
 REQUEUED_BY = "ops"
@@ -405,7 +402,8 @@ class JobService:
                 offset=start,
                 limit=limit,
                 thresholds=self._settings.thresholds,
-                backlog=bool(chosen) and chosen <= BACKLOG_STATUSES,
+                # Open jobs only: the live backlog, read through its own index.
+                backlog=bool(chosen) and chosen <= OPEN,
                 cutoffs=self._cutoffs,
             )
             after = str(rows.next_offset).encode() if rows.next_offset is not None else None

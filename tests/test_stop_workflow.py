@@ -35,11 +35,7 @@ async def test_a_running_job_stops_and_its_attempt_is_cancelled(harness: Harness
     job = await harness.job(handle)
     assert statuses(job)[-3:] == ["running", "stop_requested", "stopped"]
     assert (job.status, job.fail_reason) == (JobStatus.STOPPED, ErrorType.STOPPED)
-
-    async def cancelled_at_the_worker() -> bool:
-        return harness.stand_in.cancelled == [1]
-
-    await wait_until_async(cancelled_at_the_worker, timeout=10, what="the attempt cancelled")
+    await harness.wait_cancelled(1)
 
 
 async def test_a_result_that_comes_before_the_stop_lands_stands(harness: Harness) -> None:
@@ -157,11 +153,7 @@ async def test_ops_fail_quarantines_a_running_job_at_once(harness: Harness) -> N
     assert (job.status, job.fail_reason) == (JobStatus.QUARANTINED, "bad input data")
     assert job.transitions[-1].by == "ops"
     assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
-
-    async def cancelled_at_the_worker() -> bool:
-        return harness.stand_in.cancelled == [1]
-
-    await wait_until_async(cancelled_at_the_worker, timeout=10, what="the attempt cancelled")
+    await harness.wait_cancelled(1)
     with pytest.raises(RPCError):  # closed: no update reaches it
         await handle.execute_update(JobWorkflow.ops_fail, "again")
 
@@ -203,11 +195,7 @@ async def test_a_stopped_job_reads_stop_requested_until_its_work_is_gone(harness
     await harness.wait_status(handle, JobStatus.RUNNING)
     await handle.execute_update(JobWorkflow.stop)
     await handle.cancel()
-
-    async def cancel_reached_the_worker() -> bool:
-        return harness.stand_in.cancelled == [1]
-
-    await wait_until_async(cancel_reached_the_worker, timeout=10, what="the cancel at the worker")
+    await harness.wait_cancelled(1)
     # The worker has the cancel, its process has not exited: the job still says so.
     job = await harness.job(handle)
     assert job.status == JobStatus.STOP_REQUESTED
@@ -229,11 +217,7 @@ async def test_a_stopped_pool_job_keeps_its_lease_until_its_work_is_gone(harness
     second = await harness.submit(spec=spec, gates=gates)
     await first.execute_update(JobWorkflow.stop)
     await first.cancel()
-
-    async def cancel_reached_the_worker() -> bool:
-        return harness.stand_in.cancelled == [1]
-
-    await wait_until_async(cancel_reached_the_worker, timeout=10, what="the cancel at the worker")
+    await harness.wait_cancelled(1)
     # The stopped job's process still runs: the pool's one unit is still its.
     assert (await harness.job(second)).status == JobStatus.PENDING
     view = await gates.view(GateKind.POOL, "p")

@@ -262,6 +262,14 @@ class Harness:
         """Poll the job until it has `status`."""
         return await self.wait_for(handle, lambda j: j.status == status, f"status {status}")
 
+    async def wait_cancelled(self, *attempts: int) -> None:
+        """Wait until the stand-in has seen the cancel of exactly these attempts."""
+
+        async def seen() -> bool:
+            return self.stand_in.cancelled == list(attempts)
+
+        await wait_until_async(seen, timeout=10, what=f"attempts {attempts} cancelled")
+
     async def closed(self, handle: JobHandle) -> WorkflowExecutionStatus:
         """Wait for the execution to close; its Temporal status."""
 

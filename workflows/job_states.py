@@ -41,7 +41,6 @@ DEADLINE_EXCEEDED = "deadline_exceeded"
 HOST_UNAVAILABLE = "host_unavailable"
 REQUEUED = "requeued"
 PREFERRED_HOST_TIMEOUT = "preferred_host_timeout"
-DISPATCH_TIMEOUT = "dispatch_timeout"
 
 # A job that reads `failed` with one of these reasons has ended; any other `failed` is
 # an attempt's failure on its way back to `pending` (or on to `quarantined`).
@@ -154,7 +153,7 @@ _REQUEUE = _only(REQUEUED)
 
 EDGES: tuple[Edge, ...] = (
     Edge(P, A, "a worker claims the attempt"),
-    Edge(P, P, "sent back to wait", _only(PREFERRED_HOST_TIMEOUT, REQUEUED, DISPATCH_TIMEOUT)),
+    Edge(P, P, "sent back to wait", _only(PREFERRED_HOST_TIMEOUT, REQUEUED)),
     Edge(P, F, "cancelled, or not assigned in time", _only(*sorted(FINAL_FAILED_REASONS))),
     Edge(P, Q, "an operator quarantines it"),
     Edge(A, R, "the solver process started"),

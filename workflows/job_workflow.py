@@ -312,10 +312,7 @@ class JobWorkflow:
 
     def _fail_host_unavailable(self, host: str) -> NoReturn:
         job = self._job
-        reason = ErrorType.HOST_UNAVAILABLE.value
-        job.fail_reason = reason
-        job.completed_at = _now_ms()
-        self._transition(JobStatus.FAILED, reason=reason)
+        self._machine.end(JobStatus.FAILED, _now_ms(), ErrorType.HOST_UNAVAILABLE.value)
         self._publish()
         raise ApplicationError(
             f"no worker of host {host} took the job in time",
@@ -615,11 +612,7 @@ class JobWorkflow:
 
     def _fail_deadline(self) -> NoReturn:
         job = self._job
-        reason = ErrorType.DEADLINE_EXCEEDED.value
-        job.fail_reason = reason
-        job.completed_at = _now_ms()
-        job.waiting_for = None
-        self._transition(JobStatus.FAILED, reason=reason)
+        self._machine.end(JobStatus.FAILED, _now_ms(), ErrorType.DEADLINE_EXCEEDED.value)
         self._publish()
         raise ApplicationError(
             "not assigned by its deadline_at",
@@ -684,12 +677,7 @@ class JobWorkflow:
         self._requeued = True
         self._attempts_base = job.attempts
         self._stopping = False
-        job.completed_at = None
-        job.worker_id = None
-        job.host = None
-        job.claimed_at = None
-        job.heartbeat_at = None
-        self._transition(JobStatus.PENDING, reason="requeued", by=by)
+        self._machine.requeue(_now_ms(), by=by)
         self._publish()
         return job
 
@@ -750,14 +738,9 @@ class JobWorkflow:
     def _requeue_attempt(self) -> None:
         """An operator's re-queue cancelled the current attempt: back to pending, and the
         loop starts a new one."""
-        job = self._job
         self._ops_requeue = False
         self._stopping = False
-        job.worker_id = None
-        job.host = None
-        job.claimed_at = None
-        job.heartbeat_at = None
-        self._transition(JobStatus.PENDING, reason="requeued", by="ops")
+        self._machine.requeue(_now_ms(), by="ops")
         self._publish()
 
     def _raise_ops_failed(self) -> NoReturn:
@@ -797,8 +780,7 @@ class JobWorkflow:
             self._claim(report.attempt, report.worker_id, report.claimed_at, report.host)
         if report.phase == "running" and job.status == JobStatus.ASSIGNED:
             started = report.started_at or report.claimed_at
-            job.heartbeat_at = started
-            self._transition(JobStatus.RUNNING)
+            self._machine.started(started, _now_ms())
         self._publish()
 
     @workflow.update(name=CLAIM_UPDATE)
@@ -889,8 +871,7 @@ class JobWorkflow:
             self._claim(self._attempt, outcome.worker_id, outcome.claimed_at or now, outcome.host)
         if job.status == JobStatus.ASSIGNED:
             # A result with no report of the start before it (a short job): it ran.
-            job.heartbeat_at = outcome.started_at or now
-            self._transition(JobStatus.RUNNING)
+            self._machine.started(outcome.started_at or now, _now_ms())
         job.worker_id = outcome.worker_id
         job.host = outcome.host or job.host
         job.result = outcome.result
@@ -915,8 +896,7 @@ class JobWorkflow:
             # worker that died at once): the claim still counts.
             self._claim(attempt, err.identity or None, details.claimed_at or now, details.host)
         if job.status == JobStatus.ASSIGNED and details.started_at:
-            job.heartbeat_at = details.started_at
-            self._transition(JobStatus.RUNNING)
+            self._machine.started(details.started_at, _now_ms())
         job.fail_reason = reason
         self._machine.record_failure(reason, now)
         if details.log_tail is not None:
@@ -931,10 +911,7 @@ class JobWorkflow:
                 type=ErrorType.QUARANTINED,
                 non_retryable=True,
             )
-        job.worker_id = None
-        job.host = None
-        job.claimed_at = None
-        job.heartbeat_at = None
+        self._machine.release_worker()
         self._transition(JobStatus.PENDING)
 
     def _mark_ended_by_cancel(self) -> None:
