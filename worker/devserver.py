@@ -28,8 +28,8 @@ DYNAMIC_CONFIG: dict[str, str] = {
     "system.forceSearchAttributesCacheRefreshOnRead": "true",
     # A re-queued ended job's closed run is deleted as soon as its new run starts, so
     # lists hold the job once: without these the delete waits for the queues' ack levels
-    # (tens of seconds measured); with them the row is gone in about 60 ms. The run was
-    # closed, and its close recorded, long before (docs/architecture.md, "Retry").
+    # (bench.requeue prints how soon the row is gone with them: docs/benchmarks.md). The
+    # run was closed, and its close recorded, long before (docs/architecture.md, "Retry").
     "history.transferProcessorEnsureCloseBeforeDelete": "false",
     "history.visibilityProcessorEnsureCloseBeforeDelete": "false",
 }
