@@ -450,9 +450,18 @@ class JobService:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 await self._gone_or_unknown(job_id)
             raise
-        ended = await self.get(job_id)
         if closed.status == WorkflowExecutionStatus.RUNNING:
-            return ended  # re-queued meanwhile by another call
+            return await self.get(job_id)  # re-queued meanwhile by another call
+        try:
+            # The closed run itself: another call may re-queue the job and delete this
+            # run between the describe and this read.
+            ended: Job = await self._client.get_workflow_handle(job_id, run_id=closed.run_id).query(
+                JOB_QUERY, result_type=Job, rpc_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return await self.get(job_id)  # that call's run
         created = now_ms()
         if ended.deadline_at is not None and ended.deadline_at <= created:
             # The operator's retry outlives a deadline that has passed.
