@@ -35,7 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.job_service import JobService
 from engine.clock import now_ms
-from engine.connection import TemporalSettings
+from engine.connection import Route, TemporalSettings
 from engine.hosts import HostSettings
 from workflows.errors import ErrorType, Failure, HostNotAvailable, JobConflict, JobNotFound
 from workflows.job_states import CLAIMED, JobStatus
@@ -117,6 +117,9 @@ class Bridge:
         gone: Callable[[], Awaitable[bool]] | None = None,
         container_types: list[str] | None = None,
         host: str | None = None,
+        *,
+        urls: bool = False,
+        solver_types: list[str] | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
@@ -125,11 +128,14 @@ class Bridge:
         of every type it claims); None: no container jobs. `host`: its node name,
         recorded on the job. Jobs pinned to it or to `worker_id` come too (their queues
         are polled beside the shared ones); a claimer outside AVAILABLE_HOSTS is refused.
+        `urls`: jobs that name a solver_url come too (the generic claim: a design's own
+        claim takes its types' other jobs only). `solver_types`: jobs that name none
+        come only of these types; None: of every type claimed.
         """
         hosts = self.hosts_of(worker_id, host)
         deadline = time.monotonic() + wait_s
         while True:
-            queues = await self._queues(types, hosts, container_types)
+            queues = await self._queues(types, hosts, container_types, urls, solver_types)
             remaining = deadline - time.monotonic()
             delivery = await self._wait_for_task(worker_id, queues, max(remaining, 0.0), types)
             if delivery is None:
@@ -155,19 +161,21 @@ class Bridge:
         types: list[str] | None,
         hosts: Sequence[str],
         container_types: list[str] | None = None,
+        urls: bool = False,
+        solver_types: list[str] | None = None,
     ) -> list[str]:
-        """Each type's shared queue, after its host queues (a held pinned task first);
-        and for a claimer that runs containers, the same for its container types."""
+        """The queues of the claimed types' routes (docs/architecture.md, "Routing"):
+        every host queue first (a held pinned task first), then the shared ones."""
         names = types if types else await self._jobs.known_types()
-        queue = self._temporal.activity_queue
-        pinned = self._temporal.host_queue
-        queues = [pinned(t, host) for t in names for host in hosts]
-        queues += [queue(t) for t in names]
+        plain = names if solver_types is None else [t for t in names if t in solver_types]
+        routes = [(t, Route.PLAIN) for t in plain]
+        if urls:
+            routes += [(t, Route.URL) for t in names]
         if container_types is not None:
-            boxed = container_types or names
-            queues += [pinned(t, host, container=True) for t in boxed for host in hosts]
-            queues += [queue(t, container=True) for t in boxed]
-        return queues
+            routes += [(t, Route.CONTAINER) for t in container_types or names]
+        pinned = self._temporal.host_queue
+        queues = [pinned(t, host, route) for t, route in routes for host in hosts]
+        return queues + [self._temporal.activity_queue(t, route) for t, route in routes]
 
     async def _wait_for_task(
         self, worker_id: str, queues: list[str], wait_s: float, types: list[str] | None

@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import visibility
 from api.job_views import TtlCache, count_kinds
-from engine.connection import TemporalSettings
+from engine.connection import Route, TemporalSettings
 from engine.gates import Gates
 from workflows.errors import ErrorType, GroupNotFound, JobConflict, JobNotFound
 from workflows.gate_models import GateKind, GatePatch, GateView, TargetResume
@@ -236,7 +236,8 @@ class GateService:
 
     async def explain(self, job: Job) -> Job:
         """Sharpen a pending job's `waiting_for` with its gate's state (paused, halted),
-        or say `no_worker` when no live worker polls its type's queue."""
+        or say `no_worker` (`executor` for a container job) when no live worker polls
+        the queue it waits on: the one of its type and route."""
         if job.status != JobStatus.PENDING:
             return job
         reason = job.waiting_for
@@ -248,14 +249,12 @@ class GateService:
             view = await self._gates.view(GateKind.TARGET, job.target)
             if view is not None and view.settings.halted:
                 reason = WaitingFor.TARGET_HALTED
-        elif reason is None and job.container is not None:
-            # Only container-capable workers poll a type's container queue.
-            if not await self._served_queue(self._temporal.container_queue(job.type)):
-                reason = WaitingFor.EXECUTOR
-        elif reason is None and not await self._served_queue(
-            self._temporal.activity_queue(job.type)
-        ):
-            reason = WaitingFor.NO_WORKER
+        elif reason is None:
+            # The queue the API put it on: only a worker that can run it polls that
+            # (a container runtime for a container job, an executor).
+            route = Route.of(solver_url=job.solver_url, container=job.container)
+            if not await self._served_queue(self._temporal.activity_queue(job.type, route)):
+                reason = WaitingFor.EXECUTOR if route is Route.CONTAINER else WaitingFor.NO_WORKER
         return job.model_copy(update={"waiting_for": reason})
 
     async def _served_queue(self, queue: str) -> bool:

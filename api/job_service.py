@@ -39,7 +39,7 @@ from api.job_reads import FETCH_CONCURRENCY, JobReader
 from api.settings import ApiSettings
 from engine import log_store
 from engine.clock import now_ms
-from engine.connection import TemporalSettings
+from engine.connection import Route, TemporalSettings
 from engine.directory import known_job_types, register_job_type
 from engine.gates import Admitted, Gates
 from engine.log_store import LogSettings
@@ -272,19 +272,18 @@ class JobService:
 
     def _queues(self, spec: JobSpec) -> tuple[str, str | None]:
         """A job's attempt queue, and a preferred host's queue that comes before it
-        (docs/workers.md, "Host pinning"): a required host's queue is its only one;
-        a container job's are the container queues ("Containers")."""
-        # A container job's queues are the container ones: only workers with a
-        # container runtime poll them.
-        container = spec.container is not None
-        shared = self._temporal.activity_queue(spec.type, container=container)
+        (docs/workers.md, "Host pinning"): a required host's queue is its only one.
+        Each is its type's queue of the job's route (docs/architecture.md, "Routing"):
+        only a worker that can run the job polls it."""
+        route = Route.of(solver_url=spec.solver_url, container=spec.container)
+        shared = self._temporal.activity_queue(spec.type, route)
         for field in ("require_host", "preferred_host"):
             host: str | None = getattr(spec, field)
             if host is None:
                 continue
             if not self._settings.hosts.allows(host):
                 raise InvalidField(field, f"{host!r} is not in AVAILABLE_HOSTS")
-            pinned = self._temporal.host_queue(spec.type, host, container=container)
+            pinned = self._temporal.host_queue(spec.type, host, route)
             return (pinned, None) if field == "require_host" else (shared, pinned)
         return shared, None
 

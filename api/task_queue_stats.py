@@ -1,11 +1,12 @@
 """The backlog of each task queue jobforge uses, from Temporal's `DescribeTaskQueue`
 with stats: what an autoscaler scales workers on (docs/operations.md, "Autoscaling").
 
-The queues are JobWorkflow's (workflow tasks) and one activity queue per job type
-(`TemporalSettings.activity_queue`). The cost is bounded whatever the number of jobs or
-types: one describe of the type registry, then at most `METRICS_TASK_QUEUE_TYPES_MAX` + 1
-`DescribeTaskQueue` calls made at once, the answer cached `METRICS_CACHE_MS` (N scrapers
-within it cost one set of calls).
+The queues are JobWorkflow's (workflow tasks) and two activity queues per job type
+(`TemporalSettings.activity_queue`): its plain queue and its `#url` queue (the jobs that
+name a solver_url; docs/architecture.md, "Routing"). The cost is bounded whatever the
+number of jobs or types: one describe of the type registry, then at most 2N + 1
+`DescribeTaskQueue` calls made at once (N = `METRICS_TASK_QUEUE_TYPES_MAX`), the answer
+cached `METRICS_CACHE_MS` (any number of scrapers within it cost one set of calls).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from api.job_views import TtlCache
-from engine.connection import TemporalSettings
+from engine.connection import Route, TemporalSettings
 from engine.directory import known_job_types
 
 log = logging.getLogger("jobforge.api.task_queues")
 
 DEFAULT_TYPES_MAX = 50
+# Each type's queues reported: the plain one (its registered solvers' and its own
+# agents' jobs) and the solver_url jobs' (any worker of the type).
+REPORTED_ROUTES = (Route.PLAIN, Route.URL)
 
 
 class TaskQueueMetricsSettings(BaseSettings):
@@ -37,8 +41,9 @@ class TaskQueueMetricsSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    # At most this many job types' activity queues per refresh (JobWorkflow's queue is
-    # always described on top). Over it, the first ones in the registry's (sorted) order.
+    # At most this many job types' activity queues (two each) per refresh (JobWorkflow's
+    # queue is always described on top). Over it, the first ones in the registry's
+    # (sorted) order.
     types_max: int = Field(
         default=DEFAULT_TYPES_MAX, ge=0, le=500, validation_alias="METRICS_TASK_QUEUE_TYPES_MAX"
     )
@@ -85,7 +90,7 @@ class Backlogs:
 
 
 class TaskQueueStats:
-    """Backlogs of JobWorkflow's queue and each job type's activity queue, cached."""
+    """Backlogs of JobWorkflow's queue and each job type's activity queues, cached."""
 
     def __init__(
         self,
@@ -109,7 +114,9 @@ class TaskQueueStats:
         )
         reported = types[: self._settings.types_max]
         targets = [(self._temporal.task_queue, QueueKind.WORKFLOW, "")] + [
-            (self._temporal.activity_queue(t), QueueKind.ACTIVITY, t) for t in reported
+            (self._temporal.activity_queue(t, route), QueueKind.ACTIVITY, t)
+            for t in reported
+            for route in REPORTED_ROUTES
         ]
         answers = await asyncio.gather(
             *(self._describe(*target) for target in targets), return_exceptions=True

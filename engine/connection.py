@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from enum import StrEnum
 from pathlib import Path
 from typing import Self
 
@@ -22,6 +23,27 @@ def _env(name: str, standard: str) -> AliasChoices:
 
 
 CONTAINER_QUEUE_SUFFIX = "#container"
+URL_QUEUE_SUFFIX = "#url"
+
+
+class Route(StrEnum):
+    """Which of its type's queues a job waits on, by what a worker needs to run it
+    (docs/architecture.md, "Routing"); the value is the queue name's suffix."""
+
+    # No solver_url: a worker with the type's solver registered (WORKER_SOLVERS), or
+    # the type's own workers claiming through the API (an adapter's, an agent's).
+    PLAIN = ""
+    # A solver_url: any worker of the type can fetch it.
+    URL = URL_QUEUE_SUFFIX
+    # A container: a worker with a container runtime.
+    CONTAINER = CONTAINER_QUEUE_SUFFIX
+
+    @classmethod
+    def of(cls, *, solver_url: str | None, container: object) -> Route:
+        """The route of a job (a spec or a read job) from its solver_url and container."""
+        if container is not None:
+            return cls.CONTAINER
+        return cls.PLAIN if solver_url is None else cls.URL
 
 
 class TemporalSettings(BaseSettings):
@@ -62,22 +84,16 @@ class TemporalSettings(BaseSettings):
             raise ValueError("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together (mTLS)")
         return self
 
-    def activity_queue(self, job_type: str, *, container: bool = False) -> str:
-        """The task queue one job type's attempts run on; with `container`, its
-        container jobs' (polled only by workers with a container runtime)."""
-        name = f"{self.activity_queue_prefix}{job_type}"
-        return f"{name}{CONTAINER_QUEUE_SUFFIX}" if container else name
+    def activity_queue(self, job_type: str, route: Route = Route.PLAIN) -> str:
+        """The task queue one job type's attempts of one route run on:
+        `jobforge-<type>`, `jobforge-<type>#url` or `jobforge-<type>#container`."""
+        return f"{self.activity_queue_prefix}{job_type}{route.value}"
 
-    def container_queue(self, job_type: str) -> str:
-        """The task queue one job type's container jobs run on."""
-        return self.activity_queue(job_type, container=True)
-
-    def host_queue(self, job_type: str, host: str, *, container: bool = False) -> str:
-        """The task queue of one job type's attempts pinned to one host (a type never
-        holds `@`, a host id never `#`: the names are unambiguous); with `container`,
-        its pinned container jobs'."""
-        name = f"{self.activity_queue(job_type)}@{host}"
-        return f"{name}{CONTAINER_QUEUE_SUFFIX}" if container else name
+    def host_queue(self, job_type: str, host: str, route: Route = Route.PLAIN) -> str:
+        """The task queue of one job type's attempts of one route pinned to one host,
+        `jobforge-<type>@<host>` and the route's suffix (a type never holds `@` or `#`,
+        a host id never `#`: the names are unambiguous)."""
+        return f"{self.activity_queue_prefix}{job_type}@{host}{route.value}"
 
     def tls_config(self) -> TLSConfig | bool:
         """What the client's `tls` option gets: a TLSConfig built from the files (read

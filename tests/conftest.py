@@ -248,7 +248,8 @@ def api(start_api: Callable[..., Api]) -> Api:
 def session_worker(
     start_worker: Callable[..., Proc], tmp_path_factory: pytest.TempPathFactory
 ) -> Proc:
-    """The session's worker: runs workflows and every job type, 4 jobs at once."""
+    """The session's worker: runs workflows and, 4 at once, the jobs of every type that
+    name a solver_url and those of REGISTERED_TYPE (its registered solver)."""
     cache = tmp_path_factory.mktemp("session-cache")
     return start_worker(
         ready="ready: workflows=True",
@@ -369,8 +370,9 @@ def solver_server(tmp_path: Path) -> Iterator[SolverServer]:
 class Stack:
     """An API, a workflow-only worker and activity workers on private task queues.
 
-    The session worker serves every type it learns of, but only on the default queues,
-    so jobs of a stack run only on the workers the test starts for it.
+    The session worker serves every type it learns of (their solver_url jobs), but only
+    on the default queues, so jobs of a stack run only on the workers the test starts
+    for it.
     """
 
     api: Api

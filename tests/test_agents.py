@@ -375,6 +375,8 @@ def test_an_agent_and_a_native_worker_drain_one_queue_together(
         ("/api/jobs/claim", {"worker_id": "w", "wait": "5"}, "wait"),
         ("/api/jobs/claim", {"worker_id": "w", "wait": 31}, "wait"),
         ("/api/jobs/claim", {"worker_id": "w", "types": ["has space"]}, "types"),
+        ("/api/jobs/claim", {"worker_id": "w", "solver_types": ["a#b"]}, "solver_types"),
+        ("/api/workers/register", {"worker_id": "w", "solver_types": ["a@b"]}, "solver_types"),
     ],
 )
 def test_a_worker_request_with_a_bad_field_answers_422_naming_it(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench.harness import wait_until
-from tests.conftest import REGISTERED_TYPE, Api
+from tests.conftest import REGISTERED_TYPE, Api, Solver
 from tests.test_cli import jobforge, ok, one_error_line
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -30,6 +30,13 @@ DEADLINE_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
 def name() -> str:
     """A fresh group, pool or target name."""
     return f"cli-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def failing(make_solver: Callable[[str], Solver]) -> list[str]:
+    """`jobforge submit` options of a solver whose every run fails (it exits 3)."""
+    solver = make_solver("sys.exit(3)\n")
+    return ["--solver-url", solver.url, "--solver-checksum", solver.checksum]
 
 
 def field_line(out: str, label: str) -> str:
@@ -156,11 +163,10 @@ def test_group_set_max_parallel_and_weight_then_no_max_parallel(api: Api, name: 
 
 
 def test_group_retry_failed_requeues_its_quarantined_job(
-    api: Api, name: str, job_type: str
+    api: Api, name: str, job_type: str, failing: list[str]
 ) -> None:
-    # No solver for this type anywhere: every attempt fails.
     job_id = ok(
-        jobforge(api.url, "submit", job_type, "--group", name, "--max-attempts", "1")
+        jobforge(api.url, "submit", job_type, *failing, "--group", name, "--max-attempts", "1")
     ).strip()
     api.wait_status(job_id, "quarantined")
 
@@ -205,11 +211,11 @@ def test_pool_set_capacity_then_show_and_list(api: Api, name: str) -> None:
 
 
 def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
-    api: Api, name: str, job_type: str
+    api: Api, name: str, job_type: str, failing: list[str]
 ) -> None:
     target = f"tenant/{name}"
-    # No solver for this type anywhere: the job fails, which halts its target.
-    job_id = ok(jobforge(api.url, "submit", job_type, "--target", target)).strip()
+    # The job fails, which halts its target.
+    job_id = ok(jobforge(api.url, "submit", job_type, *failing, "--target", target)).strip()
     api.wait_status(job_id, "quarantined")
     wait_until(lambda: shown(api, "target", "show", target)["halted"], timeout=30, what="the halt")
 
@@ -248,9 +254,9 @@ def unheld(start_api: Callable[..., Api]) -> Iterator[Api]:
 
 
 def test_resume_of_a_target_whose_halting_job_has_closed_says_to_skip_it(
-    unheld: Api, name: str, job_type: str
+    unheld: Api, name: str, job_type: str, failing: list[str]
 ) -> None:
-    job_id = ok(jobforge(unheld.url, "submit", job_type, "--target", name)).strip()
+    job_id = ok(jobforge(unheld.url, "submit", job_type, *failing, "--target", name)).strip()
     unheld.wait_status(job_id, "quarantined")
     wait_until(
         lambda: shown(unheld, "target", "show", name)["halted_by"] == job_id,

@@ -5,6 +5,7 @@ here; docker takes the same options). Every test ends by asking the runtime, wit
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -303,10 +304,12 @@ def test_only_container_workers_take_container_jobs_and_one_waits_for_an_executo
     stack: Stack, runtime: Runtime, volumes: Path, job_type: str
 ) -> None:
     plain = node()
-    stack.worker(job_type, plain)  # no CONTAINER_RUNTIME: never polls the container queue
+    # No CONTAINER_RUNTIME: it never polls the container queue.
+    stack.worker(job_type, plain, WORKER_SOLVERS=json.dumps({job_type: "printf {}"}))
     job_id = stack.api.submit(type=job_type, container=container("printf 42"))
     plain_job = stack.api.submit(type=job_type)  # a plain job of the same type still runs
-    assert stack.api.wait_status(plain_job, "completed", "quarantined")["worker_id"] == plain
+    done = stack.api.wait_status(plain_job, "completed", "quarantined")
+    assert (done["status"], done["worker_id"]) == ("completed", plain)
     job = stack.api.job(job_id)
     assert (job["status"], job["waiting_for"]) == ("pending", "executor")
     # A container worker of another type that runs container jobs of this one.
@@ -326,6 +329,7 @@ def test_only_container_workers_take_container_jobs_and_one_waits_for_an_executo
     assert workers[capable]["container_runtime"] == runtime.program
     assert workers[capable]["container_types"] == [job_type]
     assert workers[plain]["container_runtime"] is None
+    assert workers[plain]["solver_types"] == [job_type]
 
 
 def test_an_agent_with_a_runtime_runs_container_jobs_and_uploads_their_logs(

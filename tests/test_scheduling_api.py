@@ -11,11 +11,10 @@ import pytest
 from temporalio.client import Client
 
 from bench.harness import Proc, wait_until
-from tests.conftest import REGISTERED_TYPE, Api, Stack
+from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack
 from worker.devserver import DevServer
 from workflows import search_attributes
 
-FAILING_TYPE = "no-solver-anywhere"  # no solver is registered for it: every attempt fails
 # A pool's or a target's counts: its open jobs by status.
 NO_OPEN_JOBS = {"pending": 0, "assigned": 0, "running": 0, "stop_requested": 0}
 
@@ -28,6 +27,12 @@ def name() -> str:
 @pytest.fixture(autouse=True)
 def _worker(session_worker: Proc) -> Proc:
     return session_worker
+
+
+@pytest.fixture
+def failing(make_solver: Callable[[str], Solver], job_type: str) -> dict[str, Any]:
+    """A job body whose every attempt fails (its solver exits 3)."""
+    return make_solver("sys.exit(3)\n").spec(job_type)
 
 
 def ok(response: Any, status: int = 200) -> Any:
@@ -125,8 +130,10 @@ def test_a_groups_settings_change_and_an_unknown_group_is_a_404(api: Api, name: 
     assert answer.status_code == 422 and "max_parallel" in answer.text
 
 
-def test_retry_failed_requeues_quarantined_jobs_with_their_history(api: Api, name: str) -> None:
-    job_id = api.submit(type=FAILING_TYPE, group=name, max_attempts=1)
+def test_retry_failed_requeues_quarantined_jobs_with_their_history(
+    api: Api, name: str, failing: dict[str, Any]
+) -> None:
+    job_id = api.submit(**failing, group=name, max_attempts=1)
     api.wait_status(job_id, "quarantined")
     answer = ok(api.http.post(f"/api/groups/{name}/retry-failed"))
     assert answer == {"requeued": [job_id]}
@@ -189,17 +196,19 @@ def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
 # -- targets ------------------------------------------------------------------------------
 
 
-def test_a_failed_job_halts_its_target_until_resumed(api: Api, name: str) -> None:
+def test_a_failed_job_halts_its_target_until_resumed(
+    api: Api, name: str, failing: dict[str, Any]
+) -> None:
     target = f"tenant/{name}"
-    failing = api.submit(type=FAILING_TYPE, target=target)
-    api.wait_status(failing, "quarantined")
+    halting = api.submit(**failing, target=target)
+    api.wait_status(halting, "quarantined")
 
     def halted() -> dict[str, Any] | None:
         view = ok(api.http.get(f"/api/targets/{target}"))
         return view if view["halted"] else None
 
     view = wait_until(halted, timeout=30, what="the target to halt")
-    assert view["halted_by"] == failing
+    assert view["halted_by"] == halting
     wait_until(
         lambda: view in ok(api.http.get("/api/targets")), timeout=30, what="the target listed"
     )
@@ -209,23 +218,25 @@ def test_a_failed_job_halts_its_target_until_resumed(api: Api, name: str) -> Non
     view = ok(api.http.post(f"/api/targets/{target}/resume", json={"job": "skip"}))
     assert view["halted"] is False
     api.wait_status(later, "completed")
-    assert api.job(failing)["status"] == "quarantined"
+    assert api.job(halting)["status"] == "quarantined"
 
 
-def test_resume_with_retry_runs_the_halting_job_again_first(api: Api, name: str) -> None:
-    failing = api.submit(type=FAILING_TYPE, target=name)
-    api.wait_status(failing, "quarantined")
+def test_resume_with_retry_runs_the_halting_job_again_first(
+    api: Api, name: str, failing: dict[str, Any]
+) -> None:
+    halting = api.submit(**failing, target=name)
+    api.wait_status(halting, "quarantined")
     wait_until(lambda: ok(api.http.get(f"/api/targets/{name}"))["halted"], timeout=30, what="halt")
     ok(api.http.post(f"/api/targets/{name}/resume"))
 
     def failed_again() -> dict[str, Any] | None:
-        job = api.job(failing)
+        job = api.job(halting)
         return job if job["status"] == "quarantined" and job["attempts"] == 2 else None
 
     wait_until(failed_again, timeout=30, what="the retried job to fail again")
     # The target's view is its memo, which follows the gate by a moment.
     wait_until(
-        lambda: ok(api.http.get(f"/api/targets/{name}"))["halted_by"] == failing,
+        lambda: ok(api.http.get(f"/api/targets/{name}"))["halted_by"] == halting,
         timeout=30,
         what="the target halted by the job again",
     )

@@ -1,7 +1,7 @@
 """Worker processes under stress: SIGKILL, SIGTERM with a grace period, priority order.
 
 Every test runs its own API and workers on private task queues (`start_stack`), so
-the session worker, which serves every type it learns of, never takes these jobs.
+the session worker, which takes every type's solver_url jobs, never takes these jobs.
 """
 
 from __future__ import annotations

@@ -163,6 +163,7 @@ class Agent:
                 "container_runtime": self._containers.runtime,
                 "container_types": s.container_types if self._runtime else [],
                 "host": s.host,
+                "solver_types": s.solver_types(),
             },
         )
         if response.status_code != 204:
@@ -196,6 +197,9 @@ class Agent:
         }
         if self._worker.types:
             body["types"] = self._worker.types
+        # Jobs without a solver_url only of the types it has a solver for; those that
+        # name one, of every type it claims (docs/architecture.md, "Routing").
+        body["solver_types"] = self._worker.solver_types()
         if self._runtime is not None:
             body["containers"] = True
             if self._worker.container_types:

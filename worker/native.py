@@ -16,7 +16,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.attempt import JobActivities, RunnerConfig
 from activities.container import WORKER_LABEL
 from engine.clock import now_ms
-from engine.connection import TemporalSettings, connect, metrics_runtime
+from engine.connection import Route, TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_telemetry
 from engine.hosts import HostSettings
 from engine.log_store import LogSettings
@@ -94,27 +94,32 @@ class NativeWorker:
         self._workers: dict[str, Worker] = {}
 
     def serve_type(self, job_type: str) -> None:
-        """Start polling one job type's task queue and its host queues (idempotent);
-        with a container runtime, its container queues too (unless
+        """Start polling the queues of one job type's jobs this worker can run, each
+        with its host queues (idempotent; docs/architecture.md, "Routing"): those that
+        name a solver_url; those that do not, only with the type's solver registered
+        (WORKER_SOLVERS); with a container runtime, container jobs (unless
         WORKER_CONTAINER_TYPES names the types to take them of)."""
         if self._runtime and not self._settings.container_types:
             self._serve_containers(job_type)
-        if self._serve_queues(job_type, container=False):
-            log.info("serving job type %s", job_type)
+        url = self._serve_queues(job_type, Route.URL)
+        if job_type in self._settings.solvers and self._serve_queues(job_type, Route.PLAIN):
+            log.info("serving job type %s: solver_url jobs and its registered solver", job_type)
+        elif url:
+            log.info("serving job type %s: solver_url jobs", job_type)
 
     def _serve_containers(self, job_type: str) -> None:
-        if self._serve_queues(job_type, container=True):
+        if self._serve_queues(job_type, Route.CONTAINER):
             log.info("serving container jobs of type %s", job_type)
 
-    def _serve_queues(self, job_type: str, *, container: bool) -> bool:
-        """Poll one type's shared queue and its host queues (of its container jobs, or
-        of its other jobs); False if this worker already does."""
-        shared = self._temporal.activity_queue(job_type, container=container)
+    def _serve_queues(self, job_type: str, route: Route) -> bool:
+        """Poll one type's shared queue of one route and its host queues; False if this
+        worker already does."""
+        shared = self._temporal.activity_queue(job_type, route)
         if shared in self._workers:
             return False
         self._add(shared, self._activity_worker(shared))
         for host in self._hosts:
-            queue = self._temporal.host_queue(job_type, host, container=container)
+            queue = self._temporal.host_queue(job_type, host, route)
             self._add(queue, self._activity_worker(queue))
         return True
 
@@ -149,7 +154,9 @@ class NativeWorker:
             await self._runtime.remove_labelled(WORKER_LABEL, self._settings.node_id)
             for job_type in self._settings.container_types:
                 self._serve_containers(job_type)
-        for job_type in self._settings.types:
+        # Every type it serves; with WORKER_TYPES empty, those it has a solver for at
+        # once, and the others as the type registry names them (`_discover_types`).
+        for job_type in self._settings.types or self._settings.solvers:
             self.serve_type(job_type)
         log.info(
             "worker %s ready: workflows=%s types=%s cores=%d",
@@ -191,6 +198,7 @@ class NativeWorker:
             container_runtime=self._containers.runtime,
             container_types=settings.container_types if self._containers.runtime else [],
             host=settings.host,
+            solver_types=settings.solver_types(),
         )
         registered = False
         while not stop.is_set():

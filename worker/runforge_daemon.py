@@ -144,6 +144,7 @@ async def _record(
         ram_gb=settings.ram_gb,
         tags=daemon_tags(pool, os.getpid(), state),
         kind="native",
+        solver_types=settings.solver_types(),
     )
     with contextlib.suppress(Exception):
         await register_worker(client, temporal, info)

@@ -5,6 +5,7 @@ process."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -19,7 +20,7 @@ from activities.solver import SolverLimits, SolverSource, split_command
 from activities.solver_cache import FetchLimits, SolverCache
 from engine.solver_urls import SolverUrlSettings
 from workflows.container_models import split_list
-from workflows.models import HOST_PATTERN
+from workflows.models import HOST_PATTERN, TYPE_PATTERN
 
 
 def _default_node_id() -> str:
@@ -114,6 +115,11 @@ class WorkerSettings(BaseSettings):
     # WORKER_HOST: its node name, the second host id it serves under (docs/workers.md).
     host: str = Field(default_factory=socket.gethostname, pattern=HOST_PATTERN)
 
+    def solver_types(self) -> list[str]:
+        """The types whose jobs without a solver_url it runs: those of WORKER_SOLVERS
+        that it serves (every one when WORKER_TYPES is empty)."""
+        return sorted(t for t in self.solvers if not self.types or t in self.types)
+
     def serves_containers_of(self, job_type: str) -> bool:
         """Whether this worker takes container jobs of `job_type` (given a runtime)."""
         return not self.container_types or job_type in self.container_types
@@ -122,6 +128,15 @@ class WorkerSettings(BaseSettings):
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return split_list(value)
+
+    @field_validator("solvers")
+    @classmethod
+    def _solver_types(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        # A key names a job type (and a queue): one no job can have is a mistake.
+        wrong = [t for t in value if not re.fullmatch(TYPE_PATTERN, t)]
+        if wrong:
+            raise ValueError(f"not a job type: {', '.join(map(repr, wrong))}")
+        return value
 
 
 class ContainerSettings(BaseSettings):

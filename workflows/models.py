@@ -531,6 +531,11 @@ class WorkerInfo(BaseModel):
     # Its node name (WORKER_HOST): a job's require_host or preferred_host may name it,
     # or the worker id.
     host: Annotated[str | None, Field(pattern=HOST_PATTERN)] = None
+    # The types it has a solver of its own for (WORKER_SOLVERS): it takes their jobs
+    # that name no solver_url (docs/architecture.md, "Routing").
+    solver_types: Annotated[
+        list[Annotated[str, Field(pattern=TYPE_PATTERN)]], Field(max_length=256)
+    ] = Field(default_factory=list)
 
 
 class WorkerRecord(BaseModel):

@@ -41,6 +41,11 @@ class ClaimRequest(BaseModel):
 
     # The claimer's node name (WORKER_HOST): jobs pinned to it or to worker_id come too.
     host: Annotated[str | None, Field(pattern=HOST_PATTERN)] = None
+    # The types it has a solver of its own for: jobs that name no solver_url come only
+    # of these types (without it, of every type claimed; docs/workers.md).
+    solver_types: Annotated[
+        list[Annotated[str, Field(pattern=TYPE_PATTERN)]] | None, Field(max_length=256)
+    ] = None
 
     @property
     def claimed_container_types(self) -> list[str] | None:
@@ -101,7 +106,8 @@ async def claim_job(
     metrics: MetricsDep,
 ) -> ClaimedJob | Response:
     """Claim the next job (highest priority first), long-polling up to `wait` seconds:
-    a job of the shared queue, or one pinned to `worker_id` or `host`."""
+    a job of the claimed types' shared queues (those that name a solver_url, and the
+    others of `solver_types`), or one pinned to `worker_id` or `host`."""
     await workers.seen(body.worker_id)
     claimed = await bridge.claim(
         body.worker_id,
@@ -110,6 +116,8 @@ async def claim_job(
         gone=request.is_disconnected,
         container_types=body.claimed_container_types,
         host=body.host,
+        urls=True,
+        solver_types=body.solver_types,
     )
     if claimed is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)

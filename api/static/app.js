@@ -41,7 +41,7 @@ const WAITING_FOR = {
   target_halted: "its target is halted by a failed job",
   start_time: "before its earliest_start_at",
   host: "its host has not claimed it (require_host, or preferred_host within its wait)",
-  no_worker: "no live worker has polled its type's queue in 90 s",
+  no_worker: "no live worker that can run it has polled its queue in 90 s",
 };
 const RESULT_PREVIEW_CHARS = 2000;
 const LATEST_KEEP = 5000;
