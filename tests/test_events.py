@@ -83,7 +83,12 @@ def test_resuming_with_last_event_id_loses_nothing_and_repeats_nothing(
     second = Collector(
         url, {"type": job_type}, finished(20 - already), last_event_id=first.events[-1].id
     )
-    second.run(deadline_s=60).join(70)
+    reading = second.run(deadline_s=180)
+    # Every job runs to its end first: a missing event below is one the stream lost,
+    # not a job still waiting for a busy worker.
+    for job_id in ids:
+        api.wait_status(job_id, "completed", timeout=120)
+    reading.join(60)
 
     assert second.error is None, second.error
     ids_seen = [e.id for e in first.events + second.events]
