@@ -229,13 +229,14 @@ def start_dev(launch: Callable[..., DevStack]) -> Callable[..., DevStack]:
 
 @pytest.fixture(scope="module")
 def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
-    """One stack for the tests that only read and submit. Its worker serves `demo` only,
-    so a job of any other type stays pending."""
+    """One stack for the tests that only read and submit, with dev's default worker (no
+    WORKER_TYPES): it has a solver for `demo` only, so a job of another type that names
+    no solver_url stays pending (docs/architecture.md, "Routing")."""
     tmp = tmp_path_factory.mktemp("shared-dev")
     # A secret kept from an earlier run without FORGE_INGEST_SECRET: the env's must win.
     (tmp / "data").mkdir()
     (tmp / "data" / "ingest-secret").write_text(KEPT_SECRET)
-    stack = launch_dev(tmp / "data", tmp / "dev.log", env={"WORKER_TYPES": "demo"})
+    stack = launch_dev(tmp / "data", tmp / "dev.log")
     try:
         yield wait_up(stack)
     finally:
@@ -310,6 +311,28 @@ def test_a_demo_job_on_the_dev_stack_completes_with_the_sum_of_squares(
         "running",
         "completed",
     ]
+
+
+def test_dev_default_worker_takes_no_job_of_another_designs_type(shared_stack: DevStack) -> None:
+    """A 001 intent, a 002 run and a type nobody serves wait, uncounted, while a demo job
+    submitted after them completes: the catch-all worker never burns them."""
+    suffix = os.urandom(3).hex()
+    foreign = [f"addon{suffix}.bake", "runforge.run", f"unknown-{suffix}"]
+    with shared_stack.http() as http:
+        ids = {}
+        for job_type in foreign:
+            response = http.post("/api/jobs", json={"type": job_type, "params": {}})
+            assert response.status_code == 201, response.text
+            ids[job_type] = response.json()["id"]
+        for job_type in foreign:
+            # The worker has learnt of the type (it serves its solver_url jobs only).
+            logged = re.compile(rf"serving job type {re.escape(job_type)}: solver_url jobs$", re.M)
+            wait_until(lambda t=logged: t.search(shared_stack.output()), what=f"{job_type} seen")
+        wait_completed(http, submit_demo(http, 3))
+        for job_type, job_id in ids.items():
+            job = http.get(f"/api/jobs/{job_id}").json()
+            seen = (job["status"], job["waiting_for"], job["attempts"], job["fail_history"])
+            assert seen == ("pending", "no_worker", 0, []), (job_type, job)
 
 
 def test_ctrl_c_stops_the_temporal_server_the_api_and_the_worker(
