@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+import pytest
+from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Worker
@@ -346,3 +348,19 @@ async def test_a_stale_claim_of_a_pool_job_gives_its_lease_to_the_next_job(
     assert a.attempts == 1 and a.fail_history == [] and timeouts(a) == 1
     # The second job ran in the unit the stale claim gave back, before its next claim.
     assert first_ts(b, JobStatus.COMPLETED) <= a.transitions[3].ts
+
+
+# -- the field ----------------------------------------------------------------------------
+
+
+def test_a_dispatch_timeout_needs_a_lease_to_give_back_and_stays_in_bounds() -> None:
+    assert JobSpec(type="t", pool="p", dispatch_timeout_ms=100).dispatch_timeout_ms == 100
+    for bad in (
+        {},
+        {"pool": "p", "dispatch_timeout_ms": 99},
+        {"target": "t", "dispatch_timeout_ms": True},
+    ):
+        fields = {"dispatch_timeout_ms": 500, **bad}
+        with pytest.raises(ValidationError) as raised:
+            JobSpec.model_validate({"type": "t", **fields})
+        assert [e["loc"] for e in raised.value.errors()] == [("dispatch_timeout_ms",)]
