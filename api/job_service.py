@@ -239,6 +239,7 @@ class JobService:
             resumed=resumed,
             resumed_by=REQUEUED_BY if resumed is not None else None,
             stop_waits_for_work=True,
+            dispatch_timeout_ms=spec.dispatch_timeout_ms or self._settings.dispatch_timeout_ms,
         )
 
     async def _start(

@@ -12,7 +12,11 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from engine.hosts import HostSettings
 from workflows.container_models import split_list
 from workflows.gate_models import GateSettings
-from workflows.models import COST_UNITS_LIMIT
+from workflows.models import (
+    COST_UNITS_LIMIT,
+    DISPATCH_TIMEOUT_MS_LIMIT,
+    DISPATCH_TIMEOUT_MS_MIN,
+)
 
 # Descending lower bounds: priority >= 10 → key 1, >= 1 → 2, >= 0 → 3 (the default),
 # >= -9 → 4, below → 5.
@@ -67,6 +71,14 @@ class ApiSettings(BaseSettings):
         default=7 * 24 * 3600.0, ge=0, le=365 * 24 * 3600.0, validation_alias="JOB_REQUEUE_HOLD_S"
     )
     gate_ping_s: float = Field(default=300.0, ge=1, validation_alias="GATE_PING_S")
+    # A granted attempt no worker takes within this gives its leases back and its job
+    # waits again (a job's `dispatch_timeout_ms` overrides it).
+    dispatch_timeout_ms: int = Field(
+        default=30_000,
+        ge=DISPATCH_TIMEOUT_MS_MIN,
+        le=DISPATCH_TIMEOUT_MS_LIMIT,
+        validation_alias="JOB_DISPATCH_TIMEOUT_MS",
+    )
     # A job cancelled or stopped through its update whose workflow cancel request never
     # follows (the API killed between the two calls) closes by itself after this long.
     job_cancel_wait_s: float = Field(

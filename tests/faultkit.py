@@ -88,6 +88,12 @@ Job-control invariants (tests/test_faults_job_control.py)
        holders in ``closed`` are not waited for.
     O  ``process_group(pgid)``: the live members of a solver's process group.
 
+Dispatch-timeout invariant (tests/test_faults_dispatch.py)
+    N  ``check_counted(jobs)``: each attempt number is assigned at most once per job, and
+       ``attempts`` is the number of ``assigned`` transitions less the stale claims sent
+       back (``assigned -> pending``, ``dispatch_timeout``): an attempt that timed out
+       before a worker took it is never counted, one taken is counted once.
+
 Helpers
     ``submit_retrying(http, spec, key, timeout)``: POST /api/jobs with
     ``Idempotency-Key: key`` until it answers 201/200; any status other than 2xx/503
@@ -993,3 +999,31 @@ def wait_gates_released(
         if not waiting or time.monotonic() > deadline:
             return held
         time.sleep(0.5)
+
+
+# -- N ---------------------------------------------------------------------------------
+
+DISPATCH_TIMEOUT = "dispatch_timeout"
+
+
+def check_counted(jobs: dict[str, dict[str, Any]]) -> list[str]:
+    """N: each attempt assigned at most once; `attempts` = claims less stale ones."""
+    problems = []
+    for job_id, job in jobs.items():
+        steps = _steps(job)
+        claimed = [t.get("attempt") for t in steps if t["status"] == "assigned"]
+        if len(claimed) != len(set(claimed)):
+            problems.append(f"{job_id}: an attempt assigned twice: {claimed}")
+        stale = sum(
+            1
+            for before, after in itertools.pairwise(steps)
+            if before["status"] == "assigned"
+            and after["status"] == "pending"
+            and after.get("reason") == DISPATCH_TIMEOUT
+        )
+        if job.get("attempts") != len(claimed) - stale:
+            problems.append(
+                f"{job_id}: attempts {job.get('attempts')} != {len(claimed)} claims"
+                f" - {stale} stale ones"
+            )
+    return problems

@@ -25,30 +25,34 @@ committed (see git history).
 - `-v6`: the same three, with the behaviour chosen by the job's input
   (`JobInput.stop_waits_for_work`) instead of the patch: no marker, no upsert of
   TemporalChangeVersion on the job path.
+- `-v7`: the dispatch timeout (`JobInput.dispatch_timeout_ms`): a pool job whose attempt
+  nobody took gave its lease back, asked again and completed; and a pool job with
+  `requeue_stale_claims` whose first claim went stale (back to pending, uncounted). Both
+  were granted at submit (GRANTED_AT_SUBMIT_PATCH's marker).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
-from temporalio.common import WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, Worker
 
+from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows import search_attributes
+from workflows.gate_models import GateSettings
 from workflows.gate_workflow import GateWorkflow
-from workflows.job_states import JobStatus
+from workflows.job_states import DISPATCH_TIMEOUT
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
     GRANTED_AT_SUBMIT_PATCH,
@@ -57,11 +61,11 @@ from workflows.job_workflow import (
     STOP_WAITS_FOR_WORK_PATCH,
     JobWorkflow,
 )
-from workflows.models import JobInput
+from workflows.models import JobSpec
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v6"  # the set the recorder writes
+SUFFIX = "-v7"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -96,6 +100,10 @@ SETS = {
         "job-stopped-worker-died-during-stop": ("JobWorkflow", "CANCELED"),
         "job-requeued-after-quarantine-completed": ("JobWorkflow", "COMPLETED"),
     },
+    "-v7": {
+        "scheduled-dispatch-timeout-completed": ("JobWorkflow", "COMPLETED"),
+        "scheduled-stale-claim-requeued-completed": ("JobWorkflow", "COMPLETED"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -104,6 +112,7 @@ PATCHES: dict[str, str | None] = {
     "-v4": HOST_PINNING_PATCH,
     "-v5": STOP_WAITS_FOR_WORK_PATCH,
     "-v6": None,
+    "-v7": GRANTED_AT_SUBMIT_PATCH,
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -156,51 +165,35 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
     client = harness.client
 
     stand_in = harness.stand_in
-    # A stop whose attempt ends only once its work is gone.
-    gone = asyncio.Event()
-    stand_in.default = stand_in.linger(gone)
-    stopped = await harness.submit()
-    await harness.wait_status(stopped, JobStatus.RUNNING)
-    await stopped.execute_update(JobWorkflow.stop)
-    await stopped.cancel()
-    try:
-        await wait_until_async(lambda: _cancelled(stand_in.cancelled), timeout=10, what="cancel")
-    finally:
-        gone.set()
-    await save(client, stopped.id, f"job-stopped-after-its-work-was-gone{SUFFIX}")
+    gates = Gates(client, harness.task_queue, GateSettings(capacity=1))
 
-    # A stop whose worker died: the heartbeat timeout ends the attempt.
-    stand_in.default = stand_in.fall_silent(("assigned", "running"))
-    died = await harness.submit(heartbeat_timeout_ms=1000)
-    await harness.wait_status(died, JobStatus.RUNNING)
-    await died.execute_update(JobWorkflow.stop)
-    await died.cancel()
-    await save(client, died.id, f"job-stopped-worker-died-during-stop{SUFFIX}")
+    # A pool job nobody takes within its dispatch timeout, then taken once served.
+    queue = f"unserved-{uuid.uuid4().hex[:8]}"
+    untaken = await harness.submit(
+        spec=JobSpec(type="in-process", pool="p"),
+        gates=gates,
+        activity_task_queue=queue,
+        dispatch_timeout_ms=300,
+    )
+    await harness.wait_for(
+        untaken,
+        lambda j: any(t.reason == DISPATCH_TIMEOUT for t in j.transitions),
+        "a dispatch timeout",
+    )
+    async with Worker(client, task_queue=queue, activities=[stand_in.run_job]):
+        await untaken.result()
+    await save(client, untaken.id, f"scheduled-dispatch-timeout-completed{SUFFIX}")
 
-    # An ended job re-queued as the API does: a new run carrying the job as it ended.
-    stand_in.default = stand_in.fail("solver_exit", "boom")
-    failed = await harness.submit(max_attempts=1)
-    await harness.wait_status(failed, JobStatus.QUARANTINED)
-    assert await harness.closed(failed) == WorkflowExecutionStatus.FAILED
-    ended = await harness.job(failed)
-    first = await failed.fetch_history()
-    started = first.events[0].workflow_execution_started_event_attributes
-    inp = pydantic_data_converter.payload_converter.from_payloads(
-        started.input.payloads, [JobInput]
-    )[0]
-    stand_in.default = stand_in.succeed()
-    resumed = inp.model_copy(update={"resumed": ended, "resumed_by": "ops"})
-    handle = await client.start_workflow(
-        JobWorkflow.run,
-        resumed,
-        id=failed.id,
-        task_queue=harness.task_queue,
-        search_attributes=search_attributes.at_submit("in-process", 0, inp.created_at),
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    # A pool job whose first claim goes stale: back to pending, then completed.
+    stand_in.script[1] = stand_in.fall_silent(phases=("assigned",))
+    stale = await harness.submit(
+        spec=JobSpec(type="in-process", pool="p", requeue_stale_claims=True),
+        gates=gates,
+        heartbeat_timeout_ms=500,
+        dispatch_timeout_ms=30_000,
     )
-    await save(
-        client, failed.id, f"job-requeued-after-quarantine-completed{SUFFIX}", handle.result_run_id
-    )
+    await stale.result()
+    await save(client, stale.id, f"scheduled-stale-claim-requeued-completed{SUFFIX}")
 
 
 async def _cancelled(attempts: list[int]) -> bool:

@@ -202,6 +202,7 @@ class Harness:
         cancel_wait_ms: int = 0,
         preferred_task_queue: str | None = None,
         stop_waits_for_work: bool = True,
+        dispatch_timeout_ms: int | None = None,
     ) -> JobHandle:
         """Start a job as the API does: the leases its gates grant at once, its input
         and initial search attributes, then its place at the gates that queued it.
@@ -231,6 +232,7 @@ class Harness:
             cancel_wait_ms=cancel_wait_ms,
             preferred_task_queue=preferred_task_queue,
             stop_waits_for_work=stop_waits_for_work,
+            dispatch_timeout_ms=dispatch_timeout_ms,
         )
         handle = await self.client.start_workflow(
             JobWorkflow.run,

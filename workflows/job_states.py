@@ -41,6 +41,9 @@ DEADLINE_EXCEEDED = "deadline_exceeded"
 HOST_UNAVAILABLE = "host_unavailable"
 REQUEUED = "requeued"
 PREFERRED_HOST_TIMEOUT = "preferred_host_timeout"
+# An attempt no worker took within the job's dispatch timeout, or a claim whose worker
+# never reported running (a stale claim): the job waits again, no attempt counted.
+DISPATCH_TIMEOUT = "dispatch_timeout"
 
 # A job that reads `failed` with one of these reasons has ended; any other `failed` is
 # an attempt's failure on its way back to `pending` (or on to `quarantined`).
@@ -153,12 +156,12 @@ _REQUEUE = _only(REQUEUED)
 
 EDGES: tuple[Edge, ...] = (
     Edge(P, A, "a worker claims the attempt"),
-    Edge(P, P, "sent back to wait", _only(PREFERRED_HOST_TIMEOUT, REQUEUED)),
+    Edge(P, P, "sent back to wait", _only(DISPATCH_TIMEOUT, PREFERRED_HOST_TIMEOUT, REQUEUED)),
     Edge(P, F, "cancelled, or not assigned in time", _only(*sorted(FINAL_FAILED_REASONS))),
     Edge(P, Q, "an operator quarantines it"),
     Edge(A, R, "the solver process started"),
     Edge(A, F, "the attempt failed, or the job was cancelled"),
-    Edge(A, P, "an operator re-queues it", _REQUEUE),
+    Edge(A, P, "re-queued, or its claim went stale", _only(DISPATCH_TIMEOUT, REQUEUED)),
     Edge(A, Q, "an operator quarantines it"),
     Edge(R, C, "the solver exited 0"),
     Edge(R, F, "the attempt failed, or an operator cancelled it"),
@@ -290,6 +293,14 @@ class JobMachine:
         job.completed_at = now_ms
         job.waiting_for = None
         self.move(status, now_ms, reason=reason, by=by)
+
+    def unclaim(self, now_ms: int) -> None:
+        """The claimer never reported running and went silent (a stale claim): back to
+        `pending`, and the claim's attempt is not counted."""
+        job = self.job
+        job.attempts -= 1
+        self.release_worker()
+        self.move(P, now_ms, reason=DISPATCH_TIMEOUT)
 
     def requeue(self, now_ms: int, by: str | None = None) -> None:
         """Back to `pending` for a fresh attempt: re-queued by an operator or a gate."""

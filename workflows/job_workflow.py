@@ -38,7 +38,14 @@ with workflow.unsafe.imports_passed_through():
         GateSettings,
         ReleaseOutcome,
     )
-    from workflows.job_states import CANCELLABLE, OPEN, STOPPABLE, JobMachine, JobStatus
+    from workflows.job_states import (
+        CANCELLABLE,
+        DISPATCH_TIMEOUT,
+        OPEN,
+        STOPPABLE,
+        JobMachine,
+        JobStatus,
+    )
     from workflows.models import (
         WAITING_AT,
         AttemptReport,
@@ -100,6 +107,16 @@ HOST_PINNING_PATCH = "host-pinning"
 # marker and the SDK's TemporalChangeVersion upsert. Runs recorded while this was the
 # patch below (never released; tests/histories/*-v5) replay by its marker.
 STOP_WAITS_FOR_WORK_PATCH = "stop-waits-for-the-work"
+# Dispatch timeout: an attempt a job schedules while it holds leases may wait that long
+# for a worker to take it (its schedule-to-start timeout; Temporal either starts it or
+# times it out, never both). Not taken: the leases go back, no attempt is counted, and
+# the job asks its gates again. A job started since says so in its input
+# (`JobInput.dispatch_timeout_ms`); one without leases keeps its attempt queued, since
+# giving nothing back, a new attempt would only cost history events.
+# Stale claims (`JobSpec.requeue_stale_claims`): a claim whose worker goes silent before
+# it reports running goes back to the queue uncounted, this many times per run; later
+# ones count as failed attempts, so a job that kills every worker that takes it ends.
+STALE_CLAIMS_RETURNED = 3
 
 
 def _now_ms() -> int:
@@ -120,6 +137,16 @@ class JobWorkflow:
         self._cancelled = False
         self._stop_waits_input = inp.stop_waits_for_work
         self._stop_waits: bool | None = None
+        self._dispatch_timeout = (
+            None
+            if inp.dispatch_timeout_ms is None
+            else timedelta(milliseconds=inp.dispatch_timeout_ms)
+        )
+        # The attempt whose schedule-to-start timeout is the dispatch timeout (not the
+        # deadline's or the host's, which end the wait otherwise).
+        self._dispatch_limited = 0
+        self._requeue_stale = inp.spec.requeue_stale_claims
+        self._stale_returned = 0
         # The scheduled path's state (docs/scheduling.md).
         self._attempts_base = 0
         self._asked: set[str] = set()
@@ -213,6 +240,10 @@ class JobWorkflow:
                     break
                 if self._host_wait_over(inp, err):
                     continue
+                if self._stale_claim(attempt, err):
+                    self._return_stale_claim()
+                    self._publish()
+                    continue
                 try:
                     self._fail_attempt(attempt, err)
                 finally:
@@ -289,6 +320,8 @@ class JobWorkflow:
         self._job.waiting_for = WaitingFor.HOST
         left = timedelta(milliseconds=max(self._host_until - now, 1))
         if schedule_to_start is not None:
+            if left < schedule_to_start:
+                self._dispatch_limited = 0  # the host's wait ends first
             left = min(left, schedule_to_start)
         return inp.preferred_task_queue or inp.activity_task_queue, left
 
@@ -348,7 +381,7 @@ class JobWorkflow:
                     fairness_key=job.group,
                     fairness_weight=self._weight if job.group else None,
                 ),
-                self._time_to_deadline(),
+                self._schedule_to_start(gates, attempt),
             )
             try:
                 outcome = await self._handle
@@ -388,6 +421,10 @@ class JobWorkflow:
                     if stopped and await self._held_for_requeue(inp):
                         continue
                     raise
+                if self._dispatch_limited == attempt and _not_started_in_time(err):
+                    self._transition(JobStatus.PENDING, reason=DISPATCH_TIMEOUT)
+                    await self._wait_again(gates)
+                    continue
                 if self._stopping:
                     self._stop_after_failure(err)
                     # Its work ended by itself (or its worker died) after the API's cancel
@@ -412,6 +449,10 @@ class JobWorkflow:
                 if _not_started_in_time(err):
                     self._deadline_hit = True
                     break
+                if self._stale_claim(attempt, err):
+                    self._return_stale_claim()
+                    await self._wait_again(gates)
+                    continue
                 try:
                     self._fail_attempt(attempt, err)
                 except ApplicationError:
@@ -462,6 +503,71 @@ class JobWorkflow:
                 return False
             if self._interrupted():
                 return False
+
+    # -- dispatch timeout and stale claims -------------------------------------------
+
+    def _schedule_to_start(self, gates: list[GateRef], attempt: int) -> timedelta | None:
+        """How long the attempt may wait to be taken: until deadline_at, and no longer
+        than the dispatch timeout while the job holds leases (the shorter decides)."""
+        limit = self._time_to_deadline()
+        dispatch = self._dispatch_timeout
+        if gates and dispatch is not None and (limit is None or dispatch < limit):
+            self._dispatch_limited = attempt
+            return dispatch
+        return limit
+
+    def _stale_claim(self, attempt: int, err: ActivityError) -> bool:
+        """The attempt was claimed, its worker never reported running and then went
+        silent past the heartbeat timeout, and the job returns such claims (within
+        STALE_CLAIMS_RETURNED)."""
+        cause = err.cause
+        return (
+            self._requeue_stale
+            and self._claimed_attempt == attempt
+            and self._job.status == JobStatus.ASSIGNED
+            and isinstance(cause, TimeoutError)
+            and cause.type == TimeoutType.HEARTBEAT
+            and self._stale_returned < STALE_CLAIMS_RETURNED
+        )
+
+    def _return_stale_claim(self) -> None:
+        """A stale claim: back to `pending` (`dispatch_timeout`), its attempt uncounted."""
+        self._stale_returned += 1
+        if self._pinned:
+            self._host_until = None
+        self._machine.unclaim(_now_ms())
+
+    async def _wait_again(self, gates: list[GateRef]) -> None:
+        """An attempt nobody took (or whose claim went stale) while the job held its
+        leases: they go back, and the job asks its gates again. A target keeps the job's
+        place (its order is strict); at a group or a pool it asks afresh, so the gate
+        grants the others first as its order says."""
+        job = self._job
+        job.waiting_for = WAITING_AT[gates[0].kind] if gates else None
+        self._publish()
+        kept_place = GateRelease(job_id=job.id, outcome="recalled")
+        afresh = GateRelease(job_id=job.id, outcome="cancelled")
+        releases = []
+        for gate in gates:
+            if gate.workflow_id not in self._leases:
+                continue
+            self._leases.discard(gate.workflow_id)
+            if gate.kind == GateKind.TARGET:
+                release = kept_place
+            else:
+                self._asked.discard(gate.workflow_id)
+                release = afresh
+            releases.append(self._signal_gate(gate, RELEASE_SIGNAL, release, start=False))
+        try:
+            await asyncio.gather(*releases)
+        except asyncio.CancelledError:
+            # A workflow cancel meanwhile (an operator's): the job ends cancelled, and
+            # every lease and request still goes back.
+            if not self._interrupted():
+                self._mark_cancelled()
+                self._publish()
+            await self._release_surely(gates, "cancelled")
+            raise
 
     async def _requeue_at_group(self, gates: list[GateRef]) -> None:
         """A retry passes its group again (a pause since the last attempt holds it): the

@@ -50,6 +50,10 @@ HOST_PATTERN = WORKER_ID_PATTERN
 REQUIRE_HOST_WAIT_MS = 3_600_000
 PREFERRED_HOST_WAIT_MS = 30_000
 HOST_WAIT_MS_LIMIT = 7 * 24 * 3600 * 1000
+# How long a job's granted attempt may wait for a worker to take it (docs/reliability.md,
+# "Dispatch timeout"); the API's default is JOB_DISPATCH_TIMEOUT_MS.
+DISPATCH_TIMEOUT_MS_MIN = 100
+DISPATCH_TIMEOUT_MS_LIMIT = 7 * 24 * 3600 * 1000
 
 
 class ListOrder(StrEnum):
@@ -173,6 +177,24 @@ class JobSpec(BaseModel):
         int | None,
         Field(strict=True, ge=1000, le=3_600_000, description="Default JOB_HEARTBEAT_TIMEOUT_S"),
     ] = None
+    dispatch_timeout_ms: Annotated[
+        int | None,
+        Field(
+            strict=True,
+            ge=DISPATCH_TIMEOUT_MS_MIN,
+            le=DISPATCH_TIMEOUT_MS_LIMIT,
+            description="A granted attempt no worker takes within this gives its leases "
+            "back and waits again, no attempt counted. Default JOB_DISPATCH_TIMEOUT_MS",
+        ),
+    ] = None
+    requeue_stale_claims: Annotated[
+        bool,
+        Field(
+            strict=True,
+            description="A claim whose worker never reports running within the heartbeat "
+            "timeout goes back to the queue, no attempt counted (003's dispatched -> queued)",
+        ),
+    ] = False
     admission: Annotated[
         Literal["queue", "reject"],
         Field(description="reject: 201 if the pool takes the job now, else 429 (nothing made)"),
@@ -258,6 +280,17 @@ class JobSpec(BaseModel):
         start = info.data.get("earliest_start_at")
         if value is not None and start is not None and value <= start:
             raise ValueError("must be after earliest_start_at")
+        return value
+
+    @field_validator("dispatch_timeout_ms")
+    @classmethod
+    def _dispatch_timeout_needs_a_gate(cls, value: int | None, info: ValidationInfo) -> int | None:
+        gated = any(info.data.get(name) is not None for name in ("group", "pool", "target"))
+        if value is not None and not gated:
+            raise ValueError(
+                "needs a group, pool or target (it bounds how long the job holds their "
+                "leases while no worker takes it)"
+            )
         return value
 
     @field_validator("admission")
@@ -399,6 +432,8 @@ class Job(BaseModel):
     admission: Literal["queue", "reject"] = "queue"
     meta: dict[str, JsonValue] = Field(default_factory=dict)
     heartbeat_timeout_ms: int | None = None
+    dispatch_timeout_ms: int | None = None
+    requeue_stale_claims: bool = False
     progress: Progress | None = Field(
         default=None, description="The running attempt's last progress (live, not stored)"
     )
@@ -455,6 +490,10 @@ class JobInput(BaseModel):
     # A cancelled attempt is awaited until its work is gone (workflows/job_workflow.py,
     # STOP_WAITS_FOR_WORK_PATCH); False in every input from before.
     stop_waits_for_work: bool = False
+    # A granted attempt no worker takes within this (ms) gives its leases back and the
+    # job waits again, no attempt counted (workflows/job_workflow.py, "dispatch
+    # timeout"). None in every input from before: such a job keeps its leases.
+    dispatch_timeout_ms: int | None = None
 
 
 def pending_job(inp: JobInput) -> Job:

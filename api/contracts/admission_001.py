@@ -43,7 +43,7 @@ from workflows.contract_states import (
     statuses_named,
 )
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, PoolFull
-from workflows.job_states import CLAIMED, JobStatus, kinds_of
+from workflows.job_states import CLAIMED, DISPATCH_TIMEOUT, JobStatus, kinds_of
 from workflows.models import (
     COST_UNITS_LIMIT,
     GATE_KEY_PATTERN,
@@ -276,11 +276,17 @@ def lease_holder(job_id: str, lease: str) -> tuple[int, str]:
 def events(job: Job) -> list[IntentEvent]:
     """The audit trail in the design's names (§9)."""
     out: list[IntentEvent] = []
+    previous: JobStatus | None = None
     for transition in job.transitions:
         at = iso(transition.ts)
         match transition.status:
             case JobStatus.PENDING:
                 name = "SUBMITTED" if transition.seq == 1 else "QUEUED"
+                if transition.reason == DISPATCH_TIMEOUT and previous == JobStatus.PENDING:
+                    # Admitted and dispatched (no change of status in jobforge's record),
+                    # then not started in time: DISPATCHING → QUEUED (§5).
+                    out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
+                    out.append(IntentEvent(event="DISPATCHING", at=None, reason="dispatchable"))
                 out.append(IntentEvent(event=name, at=at, reason=transition.reason))
             case JobStatus.ASSIGNED:
                 out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
@@ -304,6 +310,7 @@ def events(job: Job) -> list[IntentEvent]:
                     else "FAILED"
                 )
                 out.append(IntentEvent(event=name, at=at, reason=reason))
+        previous = transition.status
     current = phase(job)
     if current == Phase.WAITING and job.waiting_for is not None:
         out.append(IntentEvent(event="DENIED", at=None, reason=job.waiting_for.value))

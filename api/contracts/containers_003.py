@@ -10,7 +10,8 @@ workers, which poll for a job, report its status, and are told to stop through i
 - The design's shared files are read from `VM_SHARED_DATA` when it is set: the log the
   worker writes, the progress and result the container writes.
 - Stale: a job whose worker sends no status update for `JOB_STATUS_TTL` (default the
-  core's heartbeat timeout) fails: its only attempt timed out.
+  core's heartbeat timeout) is stale. A dispatched one goes back to the queue, its claim
+  not counted (`requeue_stale_claims`); a running one fails: its only attempt timed out.
 """
 
 from __future__ import annotations

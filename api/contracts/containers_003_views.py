@@ -71,6 +71,8 @@ class SimulationIn(BaseModel):
             "type": JOB_TYPE,
             "params": {"config_path": self.config_path, "job_name": self.job_name or path.stem},
             "max_attempts": 1,
+            # dispatched -> queued when stale: a claim whose worker never reports running
+            "requeue_stale_claims": True,
             "container": {
                 "image": self.image,
                 "command": self._command(job_id),

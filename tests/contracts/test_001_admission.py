@@ -166,6 +166,39 @@ def test_a_failed_attempt_is_queued_again_and_its_old_lease_is_refused(
     assert forged.status_code == 422 and "lease_id" in forged.text
 
 
+def test_an_intent_no_worker_starts_in_time_goes_from_dispatching_back_to_queued(
+    start_api: Callable[..., Api], addon: str
+) -> None:
+    hub = start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"c001-{uuid.uuid4().hex[:8]}-",
+        SCHEDULER_POOL=f"sys-{uuid.uuid4().hex[:8]}",
+        JOB_DISPATCH_TIMEOUT_MS="1000",
+    )
+    job_id = submit(hub, addon)["job_id"]
+
+    def timed_out() -> dict[str, Any] | None:
+        got = intent(hub, job_id)
+        return got if any(e["reason"] == "dispatch_timeout" for e in got["events"]) else None
+
+    got = wait_until(timed_out, timeout=30, what="DISPATCHING back to QUEUED")
+    names = [(event["event"], event["reason"]) for event in got["events"]]
+    back = names.index(("QUEUED", "dispatch_timeout"))
+    assert names[:back] == [
+        ("SUBMITTED", None),
+        ("ADMITTED", "admitted"),
+        ("DISPATCHING", "dispatchable"),
+    ]
+    assert got["attempts"] == 0
+    # It is dispatched again, and the addon's worker that comes takes it once.
+    claimed = claim(hub, addon, "late-worker", wait=30)
+    assert claimed is not None and claimed["job_id"] == job_id
+    lease = claimed["lease_id"]
+    ok(hub.http.post(f"{BASE}/jobs/{job_id}/heartbeat", json={"lease_id": lease}))
+    done = ok(hub.http.post(f"{BASE}/jobs/{job_id}/done", json={"lease_id": lease, "result": 1}))
+    assert done["state"] == "DONE"
+    assert intent(hub, job_id)["attempts"] == 1
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

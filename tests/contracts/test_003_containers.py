@@ -245,6 +245,30 @@ def test_a_job_whose_worker_stops_sending_updates_goes_stale_and_fails(sims: Sim
     assert late.status_code == 409
 
 
+def test_a_dispatched_job_whose_worker_never_reports_running_goes_back_to_the_queue(
+    sims: Sims, hub: Api
+) -> None:
+    job_id = sims.run()["job_id"]
+    ghost = f"ghost-{uuid.uuid4().hex[:6]}"
+    assert (sims.next_job(ghost) or {}).get("job_id") == job_id
+    assert sims.status(job_id)["status"] == "dispatched"
+
+    def requeued() -> dict[str, Any] | None:
+        job: dict[str, Any] = ok(hub.http.get(f"/api/jobs/{job_id}"))
+        reasons = [t["reason"] for t in job["transitions"]]
+        return job if "dispatch_timeout" in reasons else None
+
+    job = wait_until(requeued, timeout=TTL_S + 40, what="the stale claim back in the queue")
+    assert (job["attempts"], job["fail_history"], job["worker_id"]) == (0, [], None)
+    assert sims.status(job_id)["status"] == "queued"
+    assert sims.report(job_id, ghost, "running").status_code == 409
+    # Queued again: the next worker takes it, and it counts one attempt.
+    taker = f"w-{uuid.uuid4().hex[:6]}"
+    assert (sims.next_job(taker) or {}).get("job_id") == job_id
+    assert ok(sims.report(job_id, taker, "running"))["status"] == "running"
+    assert ok(hub.http.get(f"/api/jobs/{job_id}"))["attempts"] == 1
+
+
 def test_reports_follow_the_designs_transitions_and_the_same_status_is_accepted(
     sims: Sims, hub: Api
 ) -> None:
