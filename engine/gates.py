@@ -32,7 +32,7 @@ from workflows.gate_models import (
     TargetResume,
     job_gates,
 )
-from workflows.models import JobSpec
+from workflows.models import JobSpec, gate_deadline
 from workflows.names import (
     ADMIT_UPDATE,
     CONFIGURE_UPDATE,
@@ -275,5 +275,5 @@ def _request(job_id: str, spec: JobSpec, created_at: int) -> GateRequest:
         cost=spec.cost_units,
         priority=spec.priority,
         created_at=created_at,
-        deadline_at=spec.deadline_at,
+        deadline_at=gate_deadline(spec.deadline_at, spec.urgent_at),
     )

@@ -52,8 +52,10 @@ with workflow.unsafe.imports_passed_through():
         AttemptResult,
         Job,
         JobInput,
+        Wait,
         WaitingFor,
         events_memo,
+        gate_deadline,
         pending_job,
     )
     from workflows.names import (
@@ -153,6 +155,10 @@ class JobWorkflow:
         self._leases: set[str] = set()
         self._weight: float | None = None
         self._recalled_attempt = 0
+        # The gate the job's last recorded wait is at (Job.waits), and whether a pause
+        # of its group recalled its lease since it last held it.
+        self._waiting_at: str | None = None
+        self._recalled_by_pause = False
         self._deadline_hit = False
         self._held = False
         self._requeued = False
@@ -488,12 +494,15 @@ class JobWorkflow:
             missing = [gate for gate in gates if gate.workflow_id not in self._leases]
             if not missing:
                 job.waiting_for = None
+                self._waiting_at = None
+                self._recalled_by_pause = False
                 return True
             gate = missing[0]
             if gate.workflow_id not in self._asked:
                 self._asked.add(gate.workflow_id)
                 await self._signal_gate(gate, ACQUIRE_SIGNAL, self._gate_request())
             job.waiting_for = WAITING_AT[gate.kind]
+            self._record_wait(gate)
             left = self._time_to_deadline()
             if left is not None and left <= timedelta(0):
                 self._deadline_hit = True
@@ -503,6 +512,16 @@ class JobWorkflow:
                 return False
             if self._interrupted():
                 return False
+
+    def _record_wait(self, gate: GateRef) -> None:
+        """Keep each wait at a gate (Job.waits), once per wait: no command, no event."""
+        if self._waiting_at == gate.workflow_id:
+            return
+        self._waiting_at = gate.workflow_id
+        reason = WAITING_AT[gate.kind]
+        if gate.kind == GateKind.GROUP and self._recalled_by_pause:
+            reason = WaitingFor.GROUP_PAUSED
+        self._job.waits.append(Wait(reason=reason, at=_now_ms()))
 
     # -- dispatch timeout and stale claims -------------------------------------------
 
@@ -593,7 +612,7 @@ class JobWorkflow:
             cost=job.cost_units,
             priority=job.priority,
             created_at=job.created_at,
-            deadline_at=job.deadline_at,
+            deadline_at=gate_deadline(job.deadline_at, job.urgent_at),
             ready=True,
         )
 
@@ -752,6 +771,9 @@ class JobWorkflow:
             if gate_workflow_id in self._asked and self._job.status == JobStatus.PENDING:
                 # The grant it recalls has not arrived yet: give it back now.
                 self._recalled_early.add(gate_workflow_id)
+                self._recalled_by_pause = True
+                if self._waiting_at == gate_workflow_id:
+                    self._job.waits.append(Wait(reason=WaitingFor.GROUP_PAUSED, at=_now_ms()))
                 await workflow.get_external_workflow_handle(gate_workflow_id).signal(
                     RELEASE_SIGNAL, GateRelease(job_id=self._job.id, outcome="recalled")
                 )
@@ -761,6 +783,7 @@ class JobWorkflow:
         if job.status == JobStatus.PENDING:
             outcome = "recalled"
             self._leases.discard(gate_workflow_id)
+            self._recalled_by_pause = True
             if self._handle is not None:
                 self._recalled_attempt = self._attempt
                 self._handle.cancel()

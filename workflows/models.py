@@ -173,6 +173,13 @@ class JobSpec(BaseModel):
     preferred_host_wait_ms: HostWaitMs | None = None
     earliest_start_at: EpochMs | None = None
     deadline_at: EpochMs | None = None
+    urgent_at: Annotated[
+        EpochMs | None,
+        Field(
+            description="From this time the job counts as urgent at its gates (ordering "
+            "only, as deadline_at does): nothing fails it when the time passes"
+        ),
+    ] = None
     heartbeat_timeout_ms: Annotated[
         int | None,
         Field(strict=True, ge=1000, le=3_600_000, description="Default JOB_HEARTBEAT_TIMEOUT_S"),
@@ -362,6 +369,20 @@ class Transition(BaseModel):
     by: str | None = None
 
 
+class Wait(BaseModel):
+    """One wait of a job at a gate: why, and since when (workflow time, ms)."""
+
+    reason: WaitingFor
+    at: int
+
+
+def gate_deadline(deadline_at: int | None, urgent_at: int | None) -> int | None:
+    """The time a gate orders a job by (`GateRequest.deadline_at`): the sooner of its
+    deadline and its urgency time."""
+    known = [t for t in (deadline_at, urgent_at) if t is not None]
+    return min(known) if known else None
+
+
 # Transitions kept in each job's memo, so the event stream reads them from a
 # visibility listing; older ones are read with a query when a reader falls behind.
 EVENTS_MEMO_KEEP = 16
@@ -429,6 +450,7 @@ class Job(BaseModel):
     )
     earliest_start_at: int | None = None
     deadline_at: int | None = None
+    urgent_at: int | None = None
     admission: Literal["queue", "reject"] = "queue"
     meta: dict[str, JsonValue] = Field(default_factory=dict)
     heartbeat_timeout_ms: int | None = None
@@ -442,6 +464,9 @@ class Job(BaseModel):
     )
     waiting_for: WaitingFor | None = Field(
         default=None, description="Why a pending job is not running yet"
+    )
+    waits: list[Wait] = Field(
+        default_factory=list, description="Each wait at a gate, in order, with its reason"
     )
 
     @property

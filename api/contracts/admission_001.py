@@ -28,22 +28,21 @@ from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from api import visibility
+from api.contracts.admission_001_reads import Dispatchable, IntentEvent, events
 from api.contracts.mounting import ContractSettings
 from api.contracts.units import epoch_ms, iso
-from api.deps import BridgeDep, JobsDep, Services, WorkersDep
+from api.deps import BridgeDep, ConfigDep, GatesDep, JobsDep, Services, WorkersDep
 from api.job_views import TtlCache
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
 from workflows.contract_states import (
-    Phase,
     names,
-    phase,
     state_name,
     statuses_counted,
     statuses_named,
 )
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, PoolFull
-from workflows.job_states import CLAIMED, DISPATCH_TIMEOUT, JobStatus, kinds_of
+from workflows.job_states import CLAIMED, JobStatus, kinds_of
 from workflows.models import (
     COST_UNITS_LIMIT,
     GATE_KEY_PATTERN,
@@ -51,6 +50,7 @@ from workflows.models import (
     WORKER_ID_PATTERN,
     Job,
     JobSpec,
+    WaitingFor,
 )
 from workflows.search_attributes import job_filter
 
@@ -70,19 +70,15 @@ FIELD_NAMES = {
     "group": "addon_id",
     "max_runtime_ms": "max_runtime_sec",
     "meta": "constraints",
+    "urgent_at": "deadline_at",
 }
-# Attempt failures the design calls TIMEOUT.
-TIMEOUTS = (
-    ErrorType.HEARTBEAT_TIMEOUT.value,
-    ErrorType.DEADLINE_EXCEEDED.value,
-    "max_runtime_exceeded",
-    "timeout",
-)
 # The core statuses of each design state, to list by state (the phase then picks the
 # rows): from the one table of state names.
 STATE_STATUSES = {name: statuses_named(DESIGN, name) for name in names(DESIGN)}
 State = Literal["QUEUED", "DISPATCHING", "RUNNING", "DONE", "FAILED", "CANCELED"]
 AddonId = Annotated[str, Field(pattern=GATE_KEY_PATTERN)]
+# The most intents a page of /dispatchable holds (each is one job read).
+DISPATCHABLE_PAGE_MAX = 500
 
 
 class IntentIn(BaseModel):
@@ -127,7 +123,8 @@ class IntentIn(BaseModel):
             "pool": pool,
             "cost_units": self.cost_units,
             "earliest_start_at": epoch_ms(self.earliest_start_at),
-            "deadline_at": epoch_ms(self.deadline_at),
+            # §7: a deadline makes the intent urgent at the pool; it does not fail it.
+            "urgent_at": epoch_ms(self.deadline_at),
             "admission": "reject" if self.admission_only else "queue",
             "meta": {
                 "constraints": self.constraints,
@@ -161,16 +158,6 @@ class Decision(BaseModel):
     retry_after_sec: int | None = None
 
 
-class IntentEvent(BaseModel):
-    """One audit event (§9), derived from the job's transitions."""
-
-    event: str
-    at: str | None = Field(description="When (ISO 8601); null where jobforge keeps no time")
-    reason: str | None = None
-    lease_id: str | None = None
-    worker_id: str | None = None
-
-
 class Intent(BaseModel):
     """A job intent (§2.1), with its audit events."""
 
@@ -196,7 +183,8 @@ class Intent(BaseModel):
     events: list[IntentEvent]
 
     @classmethod
-    def of(cls, job: Job, now_ms: int) -> Intent:
+    def of(cls, job: Job, now_ms: int, waiting_now: WaitingFor | None = None) -> Intent:
+        """The intent `job` is; `waiting_now`: its wait as its gate tells it (paused)."""
         meta = job.meta
         addon = job.group or ""
         shown = state_name(job, DESIGN)
@@ -217,11 +205,12 @@ class Intent(BaseModel):
             lease_id=lease_id(job) if shown in ("DISPATCHING", "RUNNING") else None,
             payload=job.params,
             time_sensitive=bool(meta.get("time_sensitive")),
-            deadline_at=iso(job.deadline_at),
+            # Asked as urgent_at (from before: the core's deadline_at).
+            deadline_at=iso(job.urgent_at if job.urgent_at is not None else job.deadline_at),
             max_runtime_sec=job.max_runtime_ms / 1000,
             tags=[str(tag) for tag in _list(meta.get("tags"))],
             result=job.result,
-            events=events(job),
+            events=events(job, waiting_now),
         )
 
 
@@ -271,53 +260,6 @@ def lease_holder(job_id: str, lease: str) -> tuple[int, str]:
     if owner != job_id or not attempt.isdigit() or not worker:
         raise InvalidField("lease_id", "not a lease of this job")
     return int(attempt), worker
-
-
-def events(job: Job) -> list[IntentEvent]:
-    """The audit trail in the design's names (§9)."""
-    out: list[IntentEvent] = []
-    previous: JobStatus | None = None
-    for transition in job.transitions:
-        at = iso(transition.ts)
-        match transition.status:
-            case JobStatus.PENDING:
-                name = "SUBMITTED" if transition.seq == 1 else "QUEUED"
-                if transition.reason == DISPATCH_TIMEOUT and previous == JobStatus.PENDING:
-                    # Admitted and dispatched (no change of status in jobforge's record),
-                    # then not started in time: DISPATCHING → QUEUED (§5).
-                    out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
-                    out.append(IntentEvent(event="DISPATCHING", at=None, reason="dispatchable"))
-                out.append(IntentEvent(event=name, at=at, reason=transition.reason))
-            case JobStatus.ASSIGNED:
-                out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
-                out.append(IntentEvent(event="DISPATCHING", at=at, worker_id=transition.worker_id))
-            case JobStatus.RUNNING:
-                lease = f"{job.id}:{transition.attempt}:{transition.worker_id}"
-                out.append(
-                    IntentEvent(
-                        event="RUNNING", at=at, lease_id=lease, worker_id=transition.worker_id
-                    )
-                )
-            case JobStatus.COMPLETED:
-                out.append(IntentEvent(event="DONE", at=at))
-            case JobStatus.FAILED | JobStatus.QUARANTINED | JobStatus.STOPPED:
-                reason = transition.reason
-                name = (
-                    "TIMEOUT"
-                    if reason in TIMEOUTS
-                    else "CANCELED"
-                    if reason == ErrorType.CANCELLED or transition.status == JobStatus.STOPPED
-                    else "FAILED"
-                )
-                out.append(IntentEvent(event=name, at=at, reason=reason))
-        previous = transition.status
-    current = phase(job)
-    if current == Phase.WAITING and job.waiting_for is not None:
-        out.append(IntentEvent(event="DENIED", at=None, reason=job.waiting_for.value))
-    elif current == Phase.ADMITTED:
-        out.append(IntentEvent(event="ADMITTED", at=None, reason="admitted"))
-        out.append(IntentEvent(event="DISPATCHING", at=None, reason="dispatchable"))
-    return out
 
 
 def _dict(value: object) -> dict[str, JsonValue]:
@@ -443,9 +385,13 @@ def router(
         return Submitted(job_id=job.id, state=shown)
 
     @routes.get("/jobs/{job_id}", response_model=Intent)
-    async def get_intent(job_id: JobId, jobs: JobsDep) -> Intent:
+    async def get_intent(job_id: JobId, jobs: JobsDep, gates: GatesDep) -> Intent:
         """A job intent, its state and its audit events."""
-        return Intent.of(await intent_of(jobs, job_id), _now_ms())
+        job = await intent_of(jobs, job_id)
+        waiting_now = None
+        if job.waiting_for == WaitingFor.GROUP_LIMIT:
+            waiting_now = (await gates.explain(job)).waiting_for  # a paused group
+        return Intent.of(job, _now_ms(), waiting_now)
 
     @routes.post("/jobs/{job_id}/cancel", response_model=Intent)
     async def cancel(job_id: JobId, jobs: JobsDep) -> Intent:
@@ -475,16 +421,27 @@ def router(
             if state is None or state_name(job, DESIGN) == state
         ]
 
+    lister: list[Dispatchable] = []
+
     @routes.get("/dispatchable", response_model=list[Intent])
     async def dispatchable(
         jobs: JobsDep,
+        config: ConfigDep,
+        response: Response,
         addon_id: Annotated[str, Query(pattern=GATE_KEY_PATTERN)],
-        limit: Annotated[int, Query(ge=1)] = 50,
+        limit: Annotated[int, Query(ge=1, le=DISPATCHABLE_PAGE_MAX)] = 50,
+        page_token: str | None = None,
     ) -> list[Intent]:
-        """The addon's admitted intents: a worker may claim them now (Model A)."""
-        page = await jobs.list_jobs(JobStatus.PENDING, None, limit=limit, group=addon_id, pool=pool)
+        """Every admitted intent of the addon, oldest first, in pages of at most
+        `limit`: a worker may claim them now (Model A). `Next-Page-Token` is set while
+        more may follow."""
+        if not lister:
+            lister.append(Dispatchable(services().client, config.temporal.task_queue, pool))
+        found, after = await lister[0].page(jobs.get, addon_id, limit, page_token)
+        if after is not None:
+            response.headers["Next-Page-Token"] = after
         now = _now_ms()
-        return [Intent.of(job, now) for job in page.jobs if phase(job) == Phase.ADMITTED]
+        return [Intent.of(job, now) for job in found]
 
     @routes.post(
         "/jobs/claim",
