@@ -67,7 +67,7 @@ def test_a_passed_deadline_makes_an_intent_urgent_and_never_fails_it(hub: Api) -
     holder = submit(hub, addon, cost_units=100)["job_id"]
     wait_until(lambda: holder in dispatchable(hub, addon), timeout=30, what="the holder")
     plain = submit(hub, addon, cost_units=60)["job_id"]
-    deadline = datetime.now(UTC) + timedelta(seconds=2)
+    deadline = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
     sent = deadline.isoformat().replace("+00:00", "Z")
     urgent = submit(hub, addon, cost_units=60, deadline_at=sent)["job_id"]
 
