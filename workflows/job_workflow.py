@@ -489,6 +489,8 @@ class JobWorkflow:
             created_at=job.created_at,
             deadline_at=job.deadline_at,
             ready=True,
+            group=job.group,
+            weight=self._weight,
         )
 
     def _time_to_deadline(self) -> timedelta | None:
