@@ -219,8 +219,10 @@ class Gates:
         )
 
     async def configure(self, kind: GateKind, key: str, patch: GatePatch) -> GateView:
-        """Change a gate's settings, starting it if it never ran."""
-        view: GateView = await self._update(kind, key, CONFIGURE_UPDATE, patch)
+        """Change a gate's settings (the fields set in `patch`), starting it if it never
+        ran."""
+        named = patch.model_copy(update={"fields": sorted(patch.model_fields_set)})
+        view: GateView = await self._update(kind, key, CONFIGURE_UPDATE, named)
         return view
 
     async def pause(self, kind: GateKind, key: str) -> GateView:

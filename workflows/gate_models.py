@@ -134,6 +134,14 @@ class GatePatch(BaseModel):
     weight: float | None = None
     capacity: int | None = None
     aging_step_s: float | None = None
+    # The fields to apply, named: a patch reaches the gate with every field written out
+    # (null or not), so which were set does not travel otherwise. None: every field
+    # written out (a patch sent before this field existed).
+    fields: list[str] | None = None
+
+    def applied(self) -> set[str]:
+        """The fields this patch changes."""
+        return set(self.fields) if self.fields is not None else set(self.model_fields_set)
 
 
 class TargetResume(BaseModel):

@@ -181,7 +181,7 @@ class GateWorkflow:
     @workflow.update(name=CONFIGURE_UPDATE)
     def configure(self, patch: GatePatch) -> GateView:
         """Change max_parallel or weight (groups) or capacity (pools), at once."""
-        fields = patch.model_fields_set
+        fields = patch.applied()
         if "max_parallel" in fields:
             self._settings.max_parallel = patch.max_parallel
         if "weight" in fields and patch.weight is not None:
