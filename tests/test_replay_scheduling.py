@@ -25,11 +25,12 @@ committed (see git history).
 - `-v6`: the same three, with the behaviour chosen by the job's input
   (`JobInput.stop_waits_for_work`) instead of the patch: no marker, no upsert of
   TemporalChangeVersion on the job path.
+- `-v7`: a pool gate granting two groups by fair shares (FAIR_SHARES_PATCH, one marker
+  per gate run), up to its continue-as-new.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -38,16 +39,16 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
-from temporalio.common import WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows import search_attributes
-from workflows.gate_workflow import GateWorkflow
+from workflows.gate_models import GateKind, GatePatch, GateSettings
+from workflows.gate_workflow import FAIR_SHARES_PATCH, GateWorkflow
 from workflows.job_states import JobStatus
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
@@ -57,11 +58,12 @@ from workflows.job_workflow import (
     STOP_WAITS_FOR_WORK_PATCH,
     JobWorkflow,
 )
-from workflows.models import JobInput
+from workflows.models import JobSpec, WaitingFor
+from workflows.names import GRANT_SIGNAL
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v6"  # the set the recorder writes
+SUFFIX = "-v7"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -96,6 +98,9 @@ SETS = {
         "job-stopped-worker-died-during-stop": ("JobWorkflow", "CANCELED"),
         "job-requeued-after-quarantine-completed": ("JobWorkflow", "COMPLETED"),
     },
+    "-v7": {
+        "gate-pool-fair-shares-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -104,6 +109,7 @@ PATCHES: dict[str, str | None] = {
     "-v4": HOST_PINNING_PATCH,
     "-v5": STOP_WAITS_FOR_WORK_PATCH,
     "-v6": None,
+    "-v7": FAIR_SHARES_PATCH,  # in the gate's history, not a job's
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -155,52 +161,31 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
 
-    stand_in = harness.stand_in
-    # A stop whose attempt ends only once its work is gone.
-    gone = asyncio.Event()
-    stand_in.default = stand_in.linger(gone)
-    stopped = await harness.submit()
-    await harness.wait_status(stopped, JobStatus.RUNNING)
-    await stopped.execute_update(JobWorkflow.stop)
-    await stopped.cancel()
-    try:
-        await wait_until_async(lambda: _cancelled(stand_in.cancelled), timeout=10, what="cancel")
-    finally:
-        gone.set()
-    await save(client, stopped.id, f"job-stopped-after-its-work-was-gone{SUFFIX}")
-
-    # A stop whose worker died: the heartbeat timeout ends the attempt.
-    stand_in.default = stand_in.fall_silent(("assigned", "running"))
-    died = await harness.submit(heartbeat_timeout_ms=1000)
-    await harness.wait_status(died, JobStatus.RUNNING)
-    await died.execute_update(JobWorkflow.stop)
-    await died.cancel()
-    await save(client, died.id, f"job-stopped-worker-died-during-stop{SUFFIX}")
-
-    # An ended job re-queued as the API does: a new run carrying the job as it ended.
-    stand_in.default = stand_in.fail("solver_exit", "boom")
-    failed = await harness.submit(max_attempts=1)
-    await harness.wait_status(failed, JobStatus.QUARANTINED)
-    assert await harness.closed(failed) == WorkflowExecutionStatus.FAILED
-    ended = await harness.job(failed)
-    first = await failed.fetch_history()
-    started = first.events[0].workflow_execution_started_event_attributes
-    inp = pydantic_data_converter.payload_converter.from_payloads(
-        started.input.payloads, [JobInput]
-    )[0]
-    stand_in.default = stand_in.succeed()
-    resumed = inp.model_copy(update={"resumed": ended, "resumed_by": "ops"})
-    handle = await client.start_workflow(
-        JobWorkflow.run,
-        resumed,
-        id=failed.id,
-        task_queue=harness.task_queue,
-        search_attributes=search_attributes.at_submit("in-process", 0, inp.created_at),
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    # A pool of capacity 1 that continues as new while it grants: light jobs queued
+    # first, then heavy ones (weight 3); then the pool opens.
+    gates = Gates(client, harness.task_queue, GateSettings(capacity=0, history_limit=150))
+    await gates.configure(GateKind.GROUP, "heavy", GatePatch(weight=3))
+    groups = ["light"] * 3 + ["heavy"] * 9
+    handles = []
+    for group in groups:
+        spec = JobSpec(type="in-process", group=group, pool="p")
+        handles.append(await harness.submit(spec=spec, gates=gates))
+    for handle in handles:
+        await harness.wait_for(
+            handle, lambda j: j.waiting_for == WaitingFor.POOL_CAPACITY, "asked the pool"
+        )
+    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
+    for handle in handles:
+        await harness.wait_status(handle, JobStatus.COMPLETED)
+    gate_id = gates.ref(GateKind.POOL, "p").workflow_id
+    runs = [e async for e in client.list_workflows(f"WorkflowId = '{gate_id}'")]
+    continued = sorted(
+        (e for e in runs if e.status == WorkflowExecutionStatus.CONTINUED_AS_NEW),
+        key=lambda e: e.start_time,
     )
-    await save(
-        client, failed.id, f"job-requeued-after-quarantine-completed{SUFFIX}", handle.result_run_id
-    )
+    assert continued, "the gate did not continue as new"
+    name = f"gate-pool-fair-shares-continued-as-new{SUFFIX}"
+    await save(client, gate_id, name, continued[-1].run_id)
 
 
 async def _cancelled(attempts: list[int]) -> bool:
@@ -234,6 +219,21 @@ def test_each_scheduled_job_history_took_the_patched_path(name: str) -> None:
     assert len(markers) == 1
     payload = markers[0]["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]
     assert json.loads(base64.b64decode(payload["data"]))["id"] == PATCHES[suffix]
+
+
+def test_the_fair_shares_pool_history_took_the_patched_path() -> None:
+    events = raw("gate-pool-fair-shares-continued-as-new-v7")["events"]
+    assert isinstance(events, list)
+    markers = [e for e in events if e["eventType"] == "EVENT_TYPE_MARKER_RECORDED"]
+    assert len(markers) == 1
+    payload = markers[0]["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]
+    assert json.loads(base64.b64decode(payload["data"]))["id"] == FAIR_SHARES_PATCH
+    signals = [
+        e["signalExternalWorkflowExecutionInitiatedEventAttributes"]["signalName"]
+        for e in events
+        if e["eventType"] == "EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED"
+    ]
+    assert signals.count(GRANT_SIGNAL) >= 2  # it granted by fair shares before continuing
 
 
 @pytest.mark.parametrize("name", NAMES)
