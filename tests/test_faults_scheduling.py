@@ -365,18 +365,20 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
         answer = http.post("/api/jobs", json=specs[key])
         assert answer.status_code == 201, answer.text
         ids[key] = answer.json()["id"]
-    fair = submit_fair(
-        http, specs, ids, tags_by_key, lambda tag, **kind: solver_spec(tag, SLEEP_S, **kind)
-    )
+
+    def fair_spec(tag: str, **kind: Any) -> dict[str, Any]:
+        return solver_spec(tag, SLEEP_S, **kind)
+
+    fair = submit_fair(http, specs, ids, tags_by_key, fair_spec)
     keys += fair
     # F: the pool opens once every one of its jobs waits for it (has asked it).
-    for key in fair:
-        wait_until(
-            lambda key=key: faultkit.get_job(http, ids[key])["waiting_for"] == "pool_capacity",
-            timeout=60,
-            interval=0.2,
-            what=f"{key} to wait for pool {FAIR_POOL}",
+
+    def all_asked() -> bool:
+        return all(
+            faultkit.get_job(http, ids[key])["waiting_for"] == "pool_capacity" for key in fair
         )
+
+    wait_until(all_asked, timeout=60, interval=0.2, what=f"every job to wait for {FAIR_POOL}")
     faultkit.call_retrying(http, "PUT", f"/api/pools/{FAIR_POOL}", {"capacity": 1})
     lap("submit")
 

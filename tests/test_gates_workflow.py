@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from typing import Any
 
 import pytest
 from temporalio import workflow
@@ -378,7 +379,7 @@ async def test_a_pool_ages_its_waiting_jobs_only_once_its_aging_step_is_set(
 
 
 async def queue_at_closed_pool(
-    harness: Harness, gates: Gates, jobs: list[dict[str, object]]
+    harness: Harness, gates: Gates, jobs: list[dict[str, Any]]
 ) -> list[JobHandle]:
     """Submit `jobs` (in order) to pool "p" while its capacity is 0, and wait until each
     has asked the pool itself."""
@@ -458,7 +459,7 @@ async def test_within_a_group_a_pool_grants_by_priority_and_ungrouped_jobs_are_a
     harness: Harness,
 ) -> None:
     gates = gates_for(harness)
-    jobs: list[dict[str, object]] = [
+    jobs: list[dict[str, Any]] = [
         {"group": "a", "priority": 0},
         {"group": "a", "priority": 5},
         {"priority": 1},
