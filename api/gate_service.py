@@ -32,6 +32,8 @@ from workflows.search_attributes import job_filter
 GATES_LIST_MAX = 200
 # Jobs one retry-failed or cancel acts on per call (it answers which ones).
 GROUP_ACTION_MAX = 1000
+# The longest aging step a pool takes (a week per priority point).
+AGING_STEP_MAX_S = 7 * 24 * 3600.0
 # How long "a live worker polls this type's queue" is reused.
 SERVED_TTL_S = 5.0
 # A poller seen this recently serves the queue (Temporal drops idle pollers later).
@@ -67,6 +69,10 @@ class PoolView(BaseModel):
 
     pool: str
     capacity: int
+    aging_step_s: float | None = Field(
+        description="A waiting job gains a priority point per this many seconds; "
+        "null: priority is exact (the default)"
+    )
     in_use: int
     pending: int = Field(description="Its jobs waiting: `counts.pending`")
     running: int = Field(description="Its jobs a worker holds: `counts.assigned + counts.running`")
@@ -74,9 +80,10 @@ class PoolView(BaseModel):
 
 
 class PoolCapacity(BaseModel):
-    """`PUT /api/pools/{pool}`."""
+    """`PUT /api/pools/{pool}`: its capacity, and its aging step when given."""
 
     capacity: int = Field(strict=True, ge=0, le=COST_UNITS_LIMIT)
+    aging_step_s: float | None = Field(default=None, gt=0, le=AGING_STEP_MAX_S)
 
 
 class TargetView(BaseModel):
@@ -177,8 +184,9 @@ class GateService:
         """Every pool, cached as the groups are."""
         return await self._every(GateKind.POOL, self._pool_view)
 
-    async def set_pool(self, name: str, capacity: PoolCapacity) -> PoolView:
-        patch = GatePatch(capacity=capacity.capacity)
+    async def set_pool(self, name: str, body: PoolCapacity) -> PoolView:
+        """Set a pool's capacity, and its aging step if the body names it (null: none)."""
+        patch = GatePatch.model_validate(body.model_dump(include=body.model_fields_set))
         return await self._pool_view(await self._gates.configure(GateKind.POOL, name, patch))
 
     async def _pool_view(self, view: GateView) -> PoolView:
@@ -186,6 +194,7 @@ class GateService:
         return PoolView(
             pool=view.key,
             capacity=view.settings.capacity,
+            aging_step_s=view.settings.aging_step_s,
             in_use=view.in_use,
             pending=_waiting(counts),
             running=_claimed(counts),

@@ -62,7 +62,6 @@ class ApiSettings(BaseSettings):
     pool_default_capacity: int = Field(
         default=100, ge=0, le=COST_UNITS_LIMIT, validation_alias="POOL_DEFAULT_CAPACITY"
     )
-    pool_aging_step_s: float = Field(default=60.0, gt=0, validation_alias="POOL_AGING_STEP_S")
     pool_deadline_urgency_s: float = Field(
         default=60.0, ge=0, validation_alias="POOL_DEADLINE_URGENCY_S"
     )
@@ -114,7 +113,6 @@ class ApiSettings(BaseSettings):
         """The settings a new group, pool or target starts with."""
         return GateSettings(
             capacity=self.pool_default_capacity,
-            aging_step_s=self.pool_aging_step_s,
             deadline_urgency_s=self.pool_deadline_urgency_s,
             ping_after_s=self.gate_ping_s,
         )

@@ -27,6 +27,13 @@ subprocesses, then, one part after the other:
    --fair-first dispatches (ordered by each job's claimed_at) are printed; the worker
    stops once they are known, and the rest stay queued. Then two groups weighted
    --heavy-weight:1 (set with PATCH before submitting), the light one submitted first.
+4. pool-shares: the same where a pool decides who starts (a 002 workspace's
+   max_parallel): --pool-backlog jobs per group of two groups, the light one first,
+   queued at a pool of capacity 0 until each has asked it, then the capacity set to
+   --pool-capacity and a worker with that many slots started. The groups' shares of
+   the pool's first --pool-first grants, read from its history in the order it sent
+   them, at 1:1 and at --heavy-weight:1, and the most a group was off its share at any
+   point (invariant F: at most one grant).
 
 Where the time goes: each part prints the dev server's `Slow gRPC call` warnings; the
 throughput part prints a median timeline of sampled jobs, the CPU each process used
@@ -91,7 +98,7 @@ T = TypeVar("T")
 
 JOB_TYPE = "noop"
 BIG_CAPACITY = 1_000_000
-PARTS = ("throughput", "burst", "fairness")
+PARTS = ("throughput", "burst", "fairness", "pool-shares")
 # Columns of the round-trip table: a label and the history event types it counts.
 COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("wf tasks", ("WORKFLOW_TASK_COMPLETED",)),
@@ -736,6 +743,97 @@ async def fairness(run: Run, job_type: str, weights: dict[str, float]) -> list[s
     return [line]
 
 
+# -- part 4: shares through a full pool -------------------------------------------------
+
+
+def grant_order(runs: list[WorkflowHistory]) -> list[str]:
+    """The jobs a gate granted, in the order it sent the grants (over its runs)."""
+    order = []
+    for run in runs:
+        for event in run.events:
+            if kind(event) == "SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED":
+                attrs = event.signal_external_workflow_execution_initiated_event_attributes
+                if attrs.signal_name == GRANT_SIGNAL:
+                    order.append(attrs.workflow_execution.workflow_id)
+    return order
+
+
+def most_off_share(order: list[str], weights: dict[str, float]) -> float:
+    """The most any group was off its share after any grant (F's measure), up to the
+    grant that took a group's last job of `order`."""
+    total, had, left = sum(weights.values()), Counter[str](), Counter(order)
+    worst = 0.0
+    for n, group in enumerate(order, start=1):
+        had[group] += 1
+        left[group] -= 1
+        worst = max(worst, *(abs(had[g] - n * w / total) for g, w in weights.items()))
+        if any(left[g] <= 0 for g in weights):
+            break
+    return worst
+
+
+async def pool_shares(run: Run, label: str, weights: dict[str, float]) -> list[str]:
+    """Two groups' backlogs queued at a closed pool, then the pool opened; the shares
+    of its first grants."""
+    args, client, http = run.bench.args, run.client, run.http
+    pool, job_type = f"bench-shares-{label}", f"shares-{label}"
+    gate_id = run.gate_id("pool", pool)
+    total = args.pool_backlog * len(weights)
+    await call(http, "PUT", f"/api/pools/{pool}", {"capacity": 0})
+    for group, weight in weights.items():
+        await call(http, "PATCH", f"/api/groups/{group}", {"weight": weight})
+    group_of: dict[str, str] = {}
+    began = time.monotonic()
+    for group in weights:  # group after group: FIFO would serve the first one first
+        submit = submitter(http, type=job_type, group=group, pool=pool)
+        ids, _ = await run_batch(args.pool_backlog, args.concurrency, submit)
+        group_of.update(dict.fromkeys(ids, group))
+
+    async def asked() -> bool | None:
+        stats = gate_stats(await gate_runs(client, gate_id))
+        return stats.signals_in[ACQUIRE_SIGNAL] >= total or None
+
+    await until(asked, limit_s=args.timeout, what=f"{total} jobs to ask pool {pool}")
+    print(
+        f"  {total} jobs submitted and asking pool {pool} after "
+        f"{time.monotonic() - began:.1f} s; load average {load_average()}",
+        flush=True,
+    )
+    wanted = min(total, args.pool_first)
+    await call(http, "PUT", f"/api/pools/{pool}", {"capacity": args.pool_capacity})
+    with start_plain_worker(run.bench, f"worker-{job_type}", job_type, args.pool_capacity):
+        began = time.monotonic()
+
+        async def granted() -> list[str] | None:
+            order = grant_order(await gate_runs(client, gate_id))
+            return order if len(order) >= wanted else None
+
+        order = await until(granted, limit_s=args.timeout, what=f"{wanted} grants")
+        drained = time.monotonic() - began
+    groups = [group_of[job_id] for job_id in order[:wanted]]
+    letters = {group: chr(ord("A") + i) for i, group in enumerate(weights)}
+    weight_sum = sum(weights.values())
+    print(
+        f"  {wanted} grants in {drained:.1f} s through capacity {args.pool_capacity}; the "
+        f"first 60 ({', '.join(f'{v}={k}' for k, v in letters.items())}): "
+        + "".join(letters[group] for group in groups[:60])
+    )
+    print(f"  server slow-call warnings in this part: {run.slow.since_last()}")
+    if max(weights.values()) / weight_sum * wanted > args.pool_backlog:
+        print("  (a group's backlog ran out within the grants counted: a short share)")
+    line = (
+        f"pool shares, weights {':'.join(f'{w:g}' for w in weights.values())}, first "
+        f"{wanted} grants of {total} through a pool of capacity {args.pool_capacity}: "
+        + ", ".join(f"{g} {100 * groups.count(g) / len(groups):.1f} %" for g in weights)
+        + " (target "
+        + ", ".join(f"{100 * w / weight_sum:.0f}" for w in weights.values())
+        + f" % +/- 5); most off its share at any point: "
+        f"{most_off_share(groups, weights):.2f} grants (F: <= 1)"
+    )
+    print(line)
+    return [line]
+
+
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -800,6 +898,13 @@ async def run_parts(run: Run) -> list[str]:
         # The light group first, so first-come-first-served would favour it.
         weighted = {"fair-light": 1.0, "fair-heavy": float(args.heavy_weight)}
         summary += await fairness(run, "fair-weighted", weighted)
+    if "pool-shares" in args.parts:
+        print(f"\n-- shares through a pool, equal weights (load average {load_average()})")
+        equal = {"pool-a": 1.0, "pool-b": 1.0}
+        summary += await pool_shares(run, "equal", equal)
+        print(f"\n-- shares through a pool, weighted (load average {load_average()})")
+        weighted = {"pool-light": 1.0, "pool-heavy": float(args.heavy_weight)}
+        summary += await pool_shares(run, "weighted", weighted)
     return summary
 
 
@@ -809,7 +914,9 @@ def settings(bench: Bench) -> str:
         f"parts={','.join(args.parts)} jobs={args.jobs} concurrency={args.concurrency} "
         f"cores={args.cores} warmup={args.warmup} histories={args.histories} "
         f"burst={args.burst} fair-backlog={args.fair_backlog} fair-first={args.fair_first} "
-        f"fair-slots={args.fair_slots} heavy-weight={args.heavy_weight:g}"
+        f"fair-slots={args.fair_slots} heavy-weight={args.heavy_weight:g} "
+        f"pool-backlog={args.pool_backlog} pool-first={args.pool_first} "
+        f"pool-capacity={args.pool_capacity}"
     )
 
 
@@ -817,7 +924,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.gates",
         description="Scheduling: gate round trips, gated vs ungated jobs/s, one gate's "
-        "admissions/s, fairness between groups.",
+        "admissions/s, fairness between groups, in a task queue and through a pool.",
     )
     parser.add_argument("--jobs", type=int, default=300, help="jobs per throughput phase")
     parser.add_argument("--concurrency", type=int, default=50, help="submissions in flight")
@@ -829,6 +936,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--fair-first", type=int, default=300, help="dispatches counted")
     parser.add_argument("--fair-slots", type=int, default=2, help="WORKER_CORES of the worker")
     parser.add_argument("--heavy-weight", type=float, default=3.0, help="the heavy group's weight")
+    parser.add_argument("--pool-backlog", type=int, default=200, help="backlog per group")
+    parser.add_argument("--pool-first", type=int, default=200, help="grants counted")
+    parser.add_argument("--pool-capacity", type=int, default=2, help="the pool's capacity")
     parser.add_argument("--timeout", type=float, default=900, help="max seconds per wait")
     parser.add_argument(
         "--parts",
@@ -841,8 +951,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unknown part(s): {', '.join(sorted(unknown))}")
     if min(args.jobs, args.concurrency, args.cores, args.histories, args.burst) < 1:
         parser.error("--jobs, --concurrency, --cores, --histories and --burst must be >= 1")
-    if min(args.fair_backlog, args.fair_first, args.fair_slots) < 1 or args.heavy_weight <= 0:
-        parser.error("the fairness options must be positive")
+    fair = (args.fair_backlog, args.fair_first, args.fair_slots)
+    pool = (args.pool_backlog, args.pool_first, args.pool_capacity)
+    if min(*fair, *pool) < 1 or args.heavy_weight <= 0:
+        parser.error("the fairness and pool-shares options must be positive")
     return args
 
 

@@ -19,6 +19,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import TemporalCallFailed
+from workflows.fair_shares import FairShares
 from workflows.gate_models import (
     AdmitAnswer,
     AdmitRequest,
@@ -92,7 +93,10 @@ class Gates:
         )
 
     def _input(self, gate: GateRef) -> GateInput:
-        return GateInput(kind=gate.kind, key=gate.key, settings=self._defaults.model_copy())
+        shares = FairShares() if gate.kind == GateKind.POOL else None
+        return GateInput(
+            kind=gate.kind, key=gate.key, settings=self._defaults.model_copy(), shares=shares
+        )
 
     async def admit(
         self, job_id: str, spec: JobSpec, created_at: int, *, pool_only: bool = False
@@ -126,7 +130,9 @@ class Gates:
                 break
             admitted.granted.append(gate.workflow_id)
             if answer.weight is not None:
+                # The group's weight, which the pool after it shares its grants by.
                 admitted.weight = answer.weight
+                request = request.model_copy(update={"weight": answer.weight})
         return admitted
 
     async def _admit(self, gate: GateRef, item: AdmitRequest) -> AdmitAnswer:
@@ -213,8 +219,10 @@ class Gates:
         )
 
     async def configure(self, kind: GateKind, key: str, patch: GatePatch) -> GateView:
-        """Change a gate's settings, starting it if it never ran."""
-        view: GateView = await self._update(kind, key, CONFIGURE_UPDATE, patch)
+        """Change a gate's settings (the fields set in `patch`), starting it if it never
+        ran."""
+        named = patch.model_copy(update={"fields": sorted(patch.model_fields_set)})
+        view: GateView = await self._update(kind, key, CONFIGURE_UPDATE, named)
         return view
 
     async def pause(self, kind: GateKind, key: str) -> GateView:
@@ -276,4 +284,5 @@ def _request(job_id: str, spec: JobSpec, created_at: int) -> GateRequest:
         priority=spec.priority,
         created_at=created_at,
         deadline_at=gate_deadline(spec.deadline_at, spec.urgent_at),
+        group=spec.group,
     )

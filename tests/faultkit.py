@@ -56,6 +56,12 @@ with it.
     P  ``check_paused(jobs, {group: [(paused_at, resumed_at)]})``: no job of a group has
        an ``assigned`` transition strictly inside one of its pause windows (epoch ms:
        from the pause's answer to the resume's request).
+    F  ``check_fair_shares(jobs, pool, {group: weight})``: the pool's jobs of those
+       groups, in the order they were first ``assigned`` (the grant order when the pool
+       has capacity 1), share the grants by weight: up to the grant that takes a
+       group's last job, after each grant n every group has had within one grant of
+       n * weight / (sum of the weights); ``share_problems(order, weights)`` checks a
+       sequence of groups.
     L  ``check_settled(jobs, targets)``: each job is terminal, or ``pending`` behind a
        halted target whose ``halted_by`` is a quarantined job of that target (what
        ``wait_settled`` waits for); ``check_pools_idle(pools)``: every pool's ``in_use``
@@ -111,8 +117,8 @@ import math
 import os
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -576,6 +582,57 @@ def check_paused(
                 if paused_at < step["ts"] < resumed_at
             )
     return problems
+
+
+def share_problems(order: Sequence[str], weights: Mapping[str, float]) -> list[str]:
+    """F on a pool's grants: `order` names the group of each grant, in the order the pool
+    granted them, from a point where every group of `weights` waits. Up to the grant
+    that takes a group's last job, after each grant n every group g has had within one
+    grant of n * w_g / W (W the sum of the weights)."""
+    total = sum(weights.values())
+    left = Counter(order)
+    had: Counter[str] = Counter()
+    problems: list[str] = []
+    for n, group in enumerate(order, start=1):
+        had[group] += 1
+        left[group] -= 1
+        for name, weight in weights.items():
+            due = n * weight / total
+            if abs(had[name] - due) > 1 + 1e-9:
+                problems.append(
+                    f"after grant {n}: group {name} had {had[name]}, its share is {due:.2f}"
+                    f" (grants so far: {''.join(_letters(order[:n], weights))})"
+                )
+        if any(left[name] <= 0 for name in weights):
+            break  # a group has nothing left waiting: shares are owed no more
+    return problems
+
+
+def _letters(order: Sequence[str], weights: Mapping[str, float]) -> list[str]:
+    names = {name: chr(ord("A") + i) for i, name in enumerate(weights)}
+    return [names.get(group, "?") for group in order]
+
+
+def check_fair_shares(
+    jobs: dict[str, dict[str, Any]], pool: str, weights: Mapping[str, float]
+) -> list[str]:
+    """F: the pool's jobs of the groups in `weights`, by their first `assigned`, share
+    the grants by weight within one grant at every point (`share_problems`). The
+    scenario must make the first `assigned` order the grant order (capacity 1, cost 1:
+    each grant waits for the previous job to end) and have every job of these groups
+    waiting when the pool starts granting them. A job never assigned fails it."""
+    firsts: list[tuple[int, str]] = []
+    problems: list[str] = []
+    for job_id, job in jobs.items():
+        if job.get("pool") != pool or job.get("group") not in weights:
+            continue
+        assigned = [step["ts"] for step in _steps(job) if step["status"] == "assigned"]
+        if not assigned:
+            problems.append(f"{job_id} of pool {pool}, group {job.get('group')}: never assigned")
+            continue
+        firsts.append((assigned[0], job["group"]))
+    order = [group for _, group in sorted(firsts)]
+    return problems + [f"pool {pool}: {p}" for p in share_problems(order, weights)]
 
 
 def check_settled(jobs: dict[str, dict[str, Any]], targets: dict[str, dict[str, Any]]) -> list[str]:

@@ -198,9 +198,11 @@ def test_pool_set_capacity_then_show_and_list(api: Api, name: str) -> None:
 
     assert field_line(out, "Pool") == name
     assert (field_line(out, "Capacity"), field_line(out, "In use")) == ("3", "0")
+    assert field_line(out, "Aging") == "none (priority is exact)"
     assert shown(api, "pool", "show", name) == {
         "pool": name,
         "capacity": 3,
+        "aging_step_s": None,
         "in_use": 0,
         "pending": 0,
         "running": 0,
@@ -208,6 +210,17 @@ def test_pool_set_capacity_then_show_and_list(api: Api, name: str) -> None:
     }
     assert field_line(out, "Jobs") == "no jobs"
     wait_until(lambda: line in ok(jobforge(api.url, "pool", "list")), timeout=30)
+
+    aged = ok(jobforge(api.url, "pool", "set", name, "--capacity", "3", "--aging-step", "30"))
+    assert aged == f"{name}  capacity=3 in_use=0 pending=0 running=0 aging_step_s=30\n"
+    out = ok(jobforge(api.url, "pool", "show", name))
+    assert field_line(out, "Aging") == "a priority point per 30 s"
+    # Left out, the aging stays; --no-aging ends it.
+    assert ok(jobforge(api.url, "pool", "set", name, "--capacity", "4")).endswith(
+        " aging_step_s=30\n"
+    )
+    line = ok(jobforge(api.url, "pool", "set", name, "--capacity", "4", "--no-aging"))
+    assert line == f"{name}  capacity=4 in_use=0 pending=0 running=0\n"
 
 
 def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
@@ -289,6 +302,7 @@ def test_resume_of_a_target_whose_halting_job_has_closed_says_to_skip_it(
         ),
         (["submit", REGISTERED_TYPE, "--deadline", "1000"], "deadline_at: .*--deadline\\)$"),
         (["pool", "set", "p", "--capacity", "-1"], "capacity: "),
+        (["pool", "set", "p", "--capacity", "1", "--aging-step", "0"], "aging_step_s: "),
         (["group", "set", "g", "--max-parallel", "0"], "max_parallel: "),
         (["group", "show", "cli-never-used"], "group cli-never-used not found"),
     ],
@@ -298,6 +312,7 @@ def test_resume_of_a_target_whose_halting_job_has_closed_says_to_skip_it(
         "start-without-zone",
         "old-deadline",
         "capacity",
+        "aging-step",
         "max-parallel",
         "unknown-group",
     ],

@@ -1,5 +1,5 @@
 """Fault battery, scheduling: pools, serial targets and a paused group under worker SIGKILL,
-API kill and a Temporal restart; C S P L (tests/faultkit.py) from each job's transitions.
+API kill and a Temporal restart; C S P F L (tests/faultkit.py) from each job's transitions.
 
 The checks are pure functions; each has a test here on hand-made transitions that shows
 it fails. Load: JOBFORGE_FAULT_LOAD=reduced (default, CI) or full (`make faults`).
@@ -135,6 +135,26 @@ def test_pools_idle_fails_on_units_still_in_use() -> None:
     assert faultkit.check_pools_idle(idle) == ["pool q: in_use 2"]
 
 
+def test_fair_shares_fail_when_a_pool_serves_one_group_before_the_other() -> None:
+    weights = {"h": 3.0, "l": 1.0}
+
+    def jobs(groups: str) -> dict[str, dict[str, Any]]:
+        made = (
+            done(f"j{i}", 100 * i, 100 * i + 50, pool="p", group=g) for i, g in enumerate(groups)
+        )
+        return by_id(*made, done("other", 5, 10, pool="p", group="x"))
+
+    assert faultkit.check_fair_shares(jobs("hlhhhlhh"), "p", weights) == []
+    # Once l has had its last job, h's backlog alone is no share to check.
+    assert faultkit.check_fair_shares(jobs("hlhhhlhhhhhh"), "p", weights) == []
+    problems = faultkit.check_fair_shares(jobs("hhhhhhll"), "p", weights)
+    assert problems and problems[0].startswith("pool p: after grant 5: group h had 5")
+    never = job("n", "pending@0", pool="p", group="l")
+    assert faultkit.check_fair_shares({**jobs("hlhh"), "n": never}, "p", weights) == [
+        "n of pool p, group l: never assigned"
+    ]
+
+
 def test_a_requeue_is_an_edge_of_the_state_machine_only_with_its_reason() -> None:
     path = "pending@0 assigned@1 failed@2:solver_exit quarantined@2:solver_exit"
     requeued = job("r", f"{path} pending@3:requeued")
@@ -148,12 +168,17 @@ PAUSED = "g-paused"  # paused and resumed once per round
 CAPPED = "g-capped"
 CAPPED_MAX = 2
 POOLS = {"pa": 3, "pb": 2}
+# F: a pool of capacity 1 whose jobs all wait before it opens, two groups 3:1, the
+# light one submitted first (first come, first served would run it first).
+FAIR_POOL = "pf"
+FAIR_WEIGHTS = {"f-light": 1.0, "f-heavy": 3.0}
 HALTING = "t-halting"  # one attempt per job: a fault quarantines it and halts the target
 RETRYING = "tenant/t-retrying"  # retries under the same lease
 SLEEP_S = 1.0  # > the worker's 0.5 s delay before it reports, so the spans show the runs
 PAUSED_SLEEP_S = 4.0
 ROUNDS = faultkit.scale(1, 3)
 N = faultkit.scale(24, 240)
+FAIR_LIGHT = faultkit.scale(3, 10)  # jobs of the light group; the heavy one has 3x
 # Each round can fail a job's attempt twice (worker kills) and once (Temporal restart).
 MAX_ATTEMPTS = 3 * ROUNDS + 2
 
@@ -304,8 +329,10 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
         headers={"Authorization": f"Bearer {SECRET}"},
         timeout=30,
     )
-    for pool, capacity in POOLS.items():
+    for pool, capacity in {**POOLS, FAIR_POOL: 0}.items():
         faultkit.call_retrying(http, "PUT", f"/api/pools/{pool}", {"capacity": capacity})
+    for group, weight in FAIR_WEIGHTS.items():
+        faultkit.call_retrying(http, "PATCH", f"/api/groups/{group}", {"weight": weight})
     faultkit.call_retrying(http, "PATCH", f"/api/groups/{CAPPED}", {"max_parallel": CAPPED_MAX})
     faultkit.call_retrying(http, "PATCH", f"/api/groups/{PAUSED}", {"weight": 2})
 
@@ -314,13 +341,17 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
     mix = kinds(now_ms())
     specs: dict[str, dict[str, Any]] = {}
     tags_by_key: dict[str, str] = {}
+
+    def solver_spec(tag: str, sleep_s: float, **fields: Any) -> dict[str, Any]:
+        params = faultkit.run_params(tag, log, sleep_s=sleep_s)
+        return solver.spec(cluster.job_type, params=params, **fields)
+
     for i in range(N):
         kind = mix[i % len(mix)]
         tag = f"s{i}-{uuid.uuid4().hex[:6]}"
         sleep_s = PAUSED_SLEEP_S if kind.get("group") == PAUSED else SLEEP_S
-        params = faultkit.run_params(tag, log, sleep_s=sleep_s)
         attempts = {} if kind.get("target") == HALTING else {"max_attempts": MAX_ATTEMPTS}
-        specs[f"key-{tag}"] = solver.spec(cluster.job_type, params=params, **kind, **attempts)
+        specs[f"key-{tag}"] = solver_spec(tag, sleep_s, **kind, **attempts)
         tags_by_key[f"key-{tag}"] = tag
     keys = list(specs)
     # The first half before the faults, then one batch during each API and Temporal outage.
@@ -334,6 +365,21 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
         answer = http.post("/api/jobs", json=specs[key])
         assert answer.status_code == 201, answer.text
         ids[key] = answer.json()["id"]
+
+    def fair_spec(tag: str, **kind: Any) -> dict[str, Any]:
+        return solver_spec(tag, SLEEP_S, **kind)
+
+    fair = submit_fair(http, specs, ids, tags_by_key, fair_spec)
+    keys += fair
+    # F: the pool opens once every one of its jobs waits for it (has asked it).
+
+    def all_asked() -> bool:
+        return all(
+            faultkit.get_job(http, ids[key])["waiting_for"] == "pool_capacity" for key in fair
+        )
+
+    wait_until(all_asked, timeout=60, interval=0.2, what=f"every job to wait for {FAIR_POOL}")
+    faultkit.call_retrying(http, "PUT", f"/api/pools/{FAIR_POOL}", {"capacity": 1})
     lap("submit")
 
     steps: list[tuple[str, int]] = []
@@ -373,7 +419,7 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
 
     wait_until(all_terminal, timeout=faultkit.scale(120, 600), interval=0.5, what="resumed targets")
     lap("resume")
-    leaked = faultkit.wait_pools_idle(http, POOLS, timeout=30)
+    leaked = faultkit.wait_pools_idle(http, [*POOLS, FAIR_POOL], timeout=30)
     # L R D M O as the other scenarios check them (assert_invariants), then C S P: all of
     # them before the one assertion, so a failure lists every violation.
     jobs = faultkit.wait_terminal(http, order, timeout=60)
@@ -384,7 +430,8 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
     problems += faultkit.check_quiet(solver.path, [cluster.cache(n) for n in cluster.workers])
     lap("check")
     problems += leaked
-    problems += faultkit.check_capacity(jobs, POOLS)
+    problems += faultkit.check_capacity(jobs, {**POOLS, FAIR_POOL: 1})
+    problems += faultkit.check_fair_shares(jobs, FAIR_POOL, FAIR_WEIGHTS)
     problems += faultkit.check_capacity(jobs, {CAPPED: CAPPED_MAX}, by="group")
     problems += faultkit.check_serial(jobs, order)
     problems += faultkit.check_paused(jobs, {PAUSED: pauses})
@@ -395,6 +442,7 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
             CAPPED: faultkit.peak_in_use(jobs, CAPPED, by="group"),
         },
         "pauses": pauses,
+        "fair_order": fair_order(jobs),
         "halted_after_faults": halted,
         "target_resumes": resumes,
         "failed_attempts": sum(len(j.get("fail_history") or []) for j in jobs.values()),
@@ -406,6 +454,42 @@ def run_scenario(cluster: Cluster, tmp_path: Path) -> None:
     }
     print(f"scheduling faults: {json.dumps(summary)}")  # noqa: T201 - the run's figures
     assert not problems, f"{len(problems)} violations:\n" + explain(problems, jobs, tags, log)
+
+
+def submit_fair(
+    http: httpx.Client,
+    specs: dict[str, dict[str, Any]],
+    ids: dict[str, str],
+    tags_by_key: dict[str, str],
+    spec_of: Callable[..., dict[str, Any]],
+) -> list[str]:
+    """F's jobs, submitted before the faults to the closed pool, group after group;
+    their keys."""
+    keys = []
+    for group, weight in FAIR_WEIGHTS.items():
+        for i in range(int(FAIR_LIGHT * weight)):
+            tag = f"{group}{i}-{uuid.uuid4().hex[:6]}"
+            key = f"key-{tag}"
+            specs[key] = spec_of(tag, group=group, pool=FAIR_POOL, max_attempts=MAX_ATTEMPTS)
+            tags_by_key[key] = tag
+            answer = http.post("/api/jobs", json=specs[key])
+            assert answer.status_code == 201, answer.text
+            ids[key] = answer.json()["id"]
+            keys.append(key)
+    return keys
+
+
+def fair_order(jobs: dict[str, dict[str, Any]]) -> str:
+    """The groups of F's jobs as first assigned (H heavy, L light), for the summary."""
+    firsts = sorted(
+        (
+            min((t["ts"] for t in job["transitions"] if t["status"] == "assigned"), default=0),
+            job["group"],
+        )
+        for job in jobs.values()
+        if job.get("pool") == FAIR_POOL
+    )
+    return "".join(group.removeprefix("f-")[0].upper() for _, group in firsts)
 
 
 def fault_round(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from typing import Any
 
 import pytest
 from temporalio import workflow
@@ -24,10 +25,20 @@ from temporalio.client import (
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from engine.gates import Gates
+from tests import faultkit
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, JobHandle, now_ms, statuses
 from workflows.errors import ErrorType
-from workflows.gate_models import GateKind, GatePatch, GateSettings, GateView, TargetResume
+from workflows.fair_shares import FairShares
+from workflows.gate_models import (
+    GateInput,
+    GateKind,
+    GatePatch,
+    GateSettings,
+    GateView,
+    TargetResume,
+)
+from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import AttemptInput, AttemptResult, Job, JobSpec, JobStatus, WaitingFor
 from workflows.names import GRANT_SIGNAL, RELEASE_SIGNAL
@@ -335,8 +346,10 @@ async def test_a_pool_admits_by_priority_then_deadline_urgency_first(harness: Ha
     assert harness.stand_in.jobs == [first.id, urgent.id, high.id, low.id]
 
 
-async def test_a_waiting_pool_job_gains_a_point_per_aging_step(harness: Harness) -> None:
-    gates = gates_for(harness, capacity=1, aging_step_s=1)
+async def test_a_pool_ages_its_waiting_jobs_only_once_its_aging_step_is_set(
+    harness: Harness,
+) -> None:
+    gates = gates_for(harness, capacity=1)
     release = asyncio.Event()
     harness.stand_in.default = harness.stand_in.hold(release)
     first = await submit(harness, gates, pool="p")
@@ -344,22 +357,125 @@ async def test_a_waiting_pool_job_gains_a_point_per_aging_step(harness: Harness)
     queued_at = now_ms()
     old = await submit(harness, gates, pool="p", priority=0)
     await harness.wait_for(old, lambda j: j.waiting_for is not None, "asked")
-    view = await gate_until(gates, GateKind.POOL, "p", lambda v: v.waiting == 1, "queued")
-    assert view.head == old.id
 
-    # Aged past three steps, the old job outranks a fresh one of priority 2.
-    async def aged() -> bool:
+    async def waited() -> bool:
         return now_ms() - queued_at >= 3_500
 
-    await wait_until_async(aged, timeout=10, what="three aging steps")
+    await wait_until_async(waited, timeout=10, what="three and a half seconds")
     fresh = await submit(harness, gates, pool="p", priority=2)
     await harness.wait_for(fresh, lambda j: j.waiting_for is not None, "asked")
+    # No aging by default: priority is exact, the fresh job of priority 2 goes first.
     view = await gate_until(gates, GateKind.POOL, "p", lambda v: v.waiting == 2, "both queued")
+    assert view.settings.aging_step_s is None
+    assert view.head == fresh.id
+    # A point per second waited: the old job, three steps in, outranks it.
+    view = await gates.configure(GateKind.POOL, "p", GatePatch(aging_step_s=1))
+    assert view.settings.aging_step_s == 1
     assert view.head == old.id
     release.set()
     for handle in (first, old, fresh):
         await harness.wait_status(handle, JobStatus.COMPLETED)
     assert harness.stand_in.jobs == [first.id, old.id, fresh.id]
+
+
+async def queue_at_closed_pool(
+    harness: Harness, gates: Gates, jobs: list[dict[str, Any]]
+) -> list[JobHandle]:
+    """Submit `jobs` (in order) to pool "p" while its capacity is 0, and wait until each
+    has asked the pool itself."""
+    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=0))
+    handles = [await submit(harness, gates, pool="p", **fields) for fields in jobs]
+    for handle in handles:
+        await harness.wait_for(
+            handle, lambda j: j.waiting_for == WaitingFor.POOL_CAPACITY, "asked the pool"
+        )
+    return handles
+
+
+@pytest.mark.parametrize(
+    ("weights", "expected", "history_limit"),
+    [
+        ({"light": 1, "heavy": 1}, "LHLHLHLHLHLH", 2_000),
+        ({"light": 1, "heavy": 3}, "HLHHHLHHHLHH", 2_000),
+        ({"light": 1, "heavy": 3}, "HLHHHLHHHLHH", 60),
+    ],
+    ids=["1:1", "3:1", "3:1-continued-as-new"],
+)
+async def test_a_full_pool_shares_its_grants_between_groups_by_weight(
+    harness: Harness, weights: dict[str, float], expected: str, history_limit: int
+) -> None:
+    gates = gates_for(harness, history_limit=history_limit)
+    for group, weight in weights.items():
+        await gates.configure(GateKind.GROUP, group, GatePatch(weight=weight))
+    total = sum(weights.values())
+    # Group after group, the light one first: first come, first served would run its
+    # whole backlog first.
+    backlog = {group: int(12 * weight / total) + 1 for group, weight in weights.items()}
+    jobs = [{"group": group} for group, count in backlog.items() for _ in range(count)]
+    handles = await queue_at_closed_pool(harness, gates, jobs)
+    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
+    for handle in handles:
+        await harness.wait_status(handle, JobStatus.COMPLETED)
+    # Capacity 1: each job ran alone, in the order the pool granted it.
+    group_of = {handle.id: fields["group"] for handle, fields in zip(handles, jobs, strict=True)}
+    order = [str(group_of[job_id]) for job_id in harness.stand_in.jobs]
+    assert "".join(group[0].upper() for group in order[:12]) == expected
+    assert faultkit.share_problems(order, weights) == []
+    # Every run of the pool gate took the fair-shares path (one marker each), and the
+    # shares went on across its continue-as-new.
+    gate_id = gates.ref(GateKind.POOL, "p").workflow_id
+    runs = [e async for e in harness.client.list_workflows(f"WorkflowId = '{gate_id}'")]
+    assert len(runs) >= (2 if history_limit < 2_000 else 1)
+    for run in runs:
+        history = await harness.client.get_workflow_handle(
+            gate_id, run_id=run.run_id
+        ).fetch_history()
+        markers = [
+            e for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        ]
+        assert len(markers) == 1
+
+
+async def test_a_pool_gate_from_before_fair_shares_drops_the_aging_every_pool_had(
+    harness: Harness,
+) -> None:
+    aged = GateSettings(aging_step_s=60)
+    views = {}
+    for key, shares in (("from-before", None), ("new", FairShares())):
+        handle = await harness.client.start_workflow(
+            GateWorkflow.run,
+            GateInput(kind=GateKind.POOL, key=key, settings=aged, shares=shares),
+            id=f"gate-{uuid.uuid4().hex[:8]}",
+            task_queue=harness.task_queue,
+        )
+        views[key] = await handle.query(GateWorkflow.gate)
+        await handle.terminate("done")
+    # A pool's aging is its own setting now: one set on a new pool stays.
+    assert views["from-before"].settings.aging_step_s is None
+    assert views["new"].settings.aging_step_s == 60
+
+
+async def test_within_a_group_a_pool_grants_by_priority_and_ungrouped_jobs_are_a_group(
+    harness: Harness,
+) -> None:
+    gates = gates_for(harness)
+    jobs: list[dict[str, Any]] = [
+        {"group": "a", "priority": 0},
+        {"group": "a", "priority": 5},
+        {"priority": 1},
+        {"priority": 0},
+        {"group": "b", "priority": -3},
+        {"priority": 9},
+    ]
+    a0, a5, u1, u0, b, u9 = await queue_at_closed_pool(harness, gates, jobs)
+    view = await gates.view(GateKind.POOL, "p")
+    assert view is not None and view.head == a5.id
+    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
+    for handle in (a0, a5, u1, u0, b, u9):
+        await harness.wait_status(handle, JobStatus.COMPLETED)
+    # Three groups of weight 1 (the ungrouped jobs are one) in turn, a tie going to the
+    # group whose next job came first; in each, the highest priority first, then arrival.
+    assert harness.stand_in.jobs == [a5.id, b.id, u9.id, a0.id, u1.id, u0.id]
 
 
 async def test_raising_a_pools_capacity_admits_at_once(harness: Harness) -> None:

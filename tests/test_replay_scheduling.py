@@ -29,6 +29,8 @@ committed (see git history).
   nobody took gave its lease back, asked again and completed; and a pool job with
   `requeue_stale_claims` whose first claim went stale (back to pending, uncounted). Both
   were granted at submit (GRANTED_AT_SUBMIT_PATCH's marker).
+- `-v8`: a pool gate granting two groups by fair shares (FAIR_SHARES_PATCH, one marker
+  per gate run), up to its continue-as-new.
 """
 
 from __future__ import annotations
@@ -36,23 +38,22 @@ from __future__ import annotations
 import base64
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows.gate_models import GateSettings
-from workflows.gate_workflow import GateWorkflow
-from workflows.job_states import DISPATCH_TIMEOUT
+from workflows.gate_models import GateKind, GatePatch, GateSettings
+from workflows.gate_workflow import FAIR_SHARES_PATCH, GateWorkflow
+from workflows.job_states import JobStatus
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
     GRANTED_AT_SUBMIT_PATCH,
@@ -61,11 +62,12 @@ from workflows.job_workflow import (
     STOP_WAITS_FOR_WORK_PATCH,
     JobWorkflow,
 )
-from workflows.models import JobSpec
+from workflows.models import JobSpec, WaitingFor
+from workflows.names import GRANT_SIGNAL
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v7"  # the set the recorder writes
+SUFFIX = "-v8"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -104,6 +106,9 @@ SETS = {
         "scheduled-dispatch-timeout-completed": ("JobWorkflow", "COMPLETED"),
         "scheduled-stale-claim-requeued-completed": ("JobWorkflow", "COMPLETED"),
     },
+    "-v8": {
+        "gate-pool-fair-shares-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -113,6 +118,7 @@ PATCHES: dict[str, str | None] = {
     "-v5": STOP_WAITS_FOR_WORK_PATCH,
     "-v6": None,
     "-v7": GRANTED_AT_SUBMIT_PATCH,
+    "-v8": FAIR_SHARES_PATCH,  # in the gate's history, not a job's
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -164,36 +170,31 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
 
-    stand_in = harness.stand_in
-    gates = Gates(client, harness.task_queue, GateSettings(capacity=1))
-
-    # A pool job nobody takes within its dispatch timeout, then taken once served.
-    queue = f"unserved-{uuid.uuid4().hex[:8]}"
-    untaken = await harness.submit(
-        spec=JobSpec(type="in-process", pool="p"),
-        gates=gates,
-        activity_task_queue=queue,
-        dispatch_timeout_ms=300,
+    # A pool of capacity 1 that continues as new while it grants: light jobs queued
+    # first, then heavy ones (weight 3); then the pool opens.
+    gates = Gates(client, harness.task_queue, GateSettings(capacity=0, history_limit=150))
+    await gates.configure(GateKind.GROUP, "heavy", GatePatch(weight=3))
+    groups = ["light"] * 3 + ["heavy"] * 9
+    handles = []
+    for group in groups:
+        spec = JobSpec(type="in-process", group=group, pool="p")
+        handles.append(await harness.submit(spec=spec, gates=gates))
+    for handle in handles:
+        await harness.wait_for(
+            handle, lambda j: j.waiting_for == WaitingFor.POOL_CAPACITY, "asked the pool"
+        )
+    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
+    for handle in handles:
+        await harness.wait_status(handle, JobStatus.COMPLETED)
+    gate_id = gates.ref(GateKind.POOL, "p").workflow_id
+    runs = [e async for e in client.list_workflows(f"WorkflowId = '{gate_id}'")]
+    continued = sorted(
+        (e for e in runs if e.status == WorkflowExecutionStatus.CONTINUED_AS_NEW),
+        key=lambda e: e.start_time,
     )
-    await harness.wait_for(
-        untaken,
-        lambda j: any(t.reason == DISPATCH_TIMEOUT for t in j.transitions),
-        "a dispatch timeout",
-    )
-    async with Worker(client, task_queue=queue, activities=[stand_in.run_job]):
-        await untaken.result()
-    await save(client, untaken.id, f"scheduled-dispatch-timeout-completed{SUFFIX}")
-
-    # A pool job whose first claim goes stale: back to pending, then completed.
-    stand_in.script[1] = stand_in.fall_silent(phases=("assigned",))
-    stale = await harness.submit(
-        spec=JobSpec(type="in-process", pool="p", requeue_stale_claims=True),
-        gates=gates,
-        heartbeat_timeout_ms=500,
-        dispatch_timeout_ms=30_000,
-    )
-    await stale.result()
-    await save(client, stale.id, f"scheduled-stale-claim-requeued-completed{SUFFIX}")
+    assert continued, "the gate did not continue as new"
+    name = f"gate-pool-fair-shares-continued-as-new{SUFFIX}"
+    await save(client, gate_id, name, continued[-1].run_id)
 
 
 async def _cancelled(attempts: list[int]) -> bool:
@@ -227,6 +228,21 @@ def test_each_scheduled_job_history_took_the_patched_path(name: str) -> None:
     assert len(markers) == 1
     payload = markers[0]["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]
     assert json.loads(base64.b64decode(payload["data"]))["id"] == PATCHES[suffix]
+
+
+def test_the_fair_shares_pool_history_took_the_patched_path() -> None:
+    events = raw("gate-pool-fair-shares-continued-as-new-v8")["events"]
+    assert isinstance(events, list)
+    markers = [e for e in events if e["eventType"] == "EVENT_TYPE_MARKER_RECORDED"]
+    assert len(markers) == 1
+    payload = markers[0]["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]
+    assert json.loads(base64.b64decode(payload["data"]))["id"] == FAIR_SHARES_PATCH
+    signals = [
+        e["signalExternalWorkflowExecutionInitiatedEventAttributes"]["signalName"]
+        for e in events
+        if e["eventType"] == "EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED"
+    ]
+    assert signals.count(GRANT_SIGNAL) >= 2  # it granted by fair shares before continuing
 
 
 @pytest.mark.parametrize("name", NAMES)

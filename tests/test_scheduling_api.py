@@ -124,8 +124,11 @@ def test_a_groups_settings_change_and_an_unknown_group_is_a_404(api: Api, name: 
     assert api.http.get(f"/api/groups/{name}").status_code == 404
     group = ok(api.http.patch(f"/api/groups/{name}", json={"max_parallel": 2, "weight": 3}))
     assert (group["max_parallel"], group["weight"]) == (2, 3)
+    # A field left out stays as it is; null lifts the limit.
+    group = ok(api.http.patch(f"/api/groups/{name}", json={"weight": 4}))
+    assert (group["max_parallel"], group["weight"]) == (2, 4)
     group = ok(api.http.patch(f"/api/groups/{name}", json={"max_parallel": None}))
-    assert (group["max_parallel"], group["weight"]) == (None, 3)
+    assert (group["max_parallel"], group["weight"]) == (None, 4)
     answer = api.http.patch(f"/api/groups/{name}", json={"max_parallel": 0})
     assert answer.status_code == 422 and "max_parallel" in answer.text
 
@@ -166,6 +169,7 @@ def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
     assert pool == {
         "pool": name,
         "capacity": 100,
+        "aging_step_s": None,
         "in_use": 0,
         "pending": 0,
         "running": 0,
@@ -191,6 +195,18 @@ def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
     )
     answer = api.http.put(f"/api/pools/{name}", json={"capacity": -1})
     assert answer.status_code == 422 and "capacity" in answer.text
+
+
+def test_a_pools_aging_step_is_null_until_set_and_a_bad_one_is_a_422(api: Api, name: str) -> None:
+    put = f"/api/pools/{name}"
+    assert ok(api.http.put(put, json={"capacity": 3, "aging_step_s": 30}))["aging_step_s"] == 30
+    # Left out, it stays; null ends the aging.
+    assert ok(api.http.put(put, json={"capacity": 4}))["aging_step_s"] == 30
+    assert ok(api.http.put(put, json={"capacity": 4, "aging_step_s": None}))["aging_step_s"] is None
+    assert ok(api.http.get(put))["aging_step_s"] is None
+    for bad in (0, -1, "soon", 10**9):
+        answer = api.http.put(put, json={"capacity": 4, "aging_step_s": bad})
+        assert answer.status_code == 422 and "aging_step_s" in answer.text, answer.text
 
 
 # -- targets ------------------------------------------------------------------------------

@@ -171,9 +171,11 @@ def group_cancel(name: GroupArg) -> None:
 
 
 def _pool_line(pool: Mapping[str, Any]) -> str:
+    aging = pool.get("aging_step_s")
     return (
         f"{pool['pool']}  capacity={pool['capacity']} in_use={pool['in_use']} "
         f"pending={pool['pending']} running={pool['running']}"
+        + ("" if aging is None else f" aging_step_s={aging:g}")
     )
 
 
@@ -197,6 +199,7 @@ def pool_show(name: PoolArg, as_json: JsonOpt = False) -> None:
         [
             ("Pool", str(pool["pool"])),
             ("Capacity", str(pool["capacity"])),
+            ("Aging", _aging(pool.get("aging_step_s"))),
             ("In use", str(pool["in_use"])),
             ("Pending", str(pool["pending"])),
             ("Running", str(pool["running"])),
@@ -211,11 +214,29 @@ def pool_set(
     capacity: Annotated[
         int, typer.Option(metavar="N", help="Cost units its running jobs may use at once.")
     ],
+    aging_step: Annotated[
+        float | None,
+        typer.Option(
+            "--aging-step", metavar="S", help="A waiting job gains a priority point per S seconds."
+        ),
+    ] = None,
+    no_aging: Annotated[
+        bool, typer.Option("--no-aging", help="Priority is exact again (the default).")
+    ] = False,
 ) -> None:
-    """Set a pool's capacity; prints the pool."""
+    """Set a pool's capacity, and its aging if asked; prints the pool."""
+    if aging_step is not None and no_aging:
+        _fail("give --aging-step S or --no-aging, not both", 2)
+    settings: dict[str, Any] = {} if aging_step is None else {"aging_step_s": aging_step}
+    if no_aging:
+        settings["aging_step_s"] = None
     with _hub() as hub:
-        typer.echo(_pool_line(hub.set_pool_capacity(name, capacity)))
+        typer.echo(_pool_line(hub.set_pool_capacity(name, capacity, settings)))
     _exit(0)
+
+
+def _aging(step_s: float | None) -> str:
+    return "none (priority is exact)" if step_s is None else f"a priority point per {step_s:g} s"
 
 
 @target_app.command("show", cls=_Command)

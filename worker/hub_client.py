@@ -7,7 +7,7 @@ the one line the CLI prints.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -246,9 +246,12 @@ class HubClient:
         pool: dict[str, Any] = self._json("GET", _path("pools", name))
         return pool
 
-    def set_pool_capacity(self, name: str, capacity: int) -> dict[str, Any]:
-        """PUT /api/pools/{pool} with `{capacity}`."""
-        pool: dict[str, Any] = self._json("PUT", _path("pools", name), json={"capacity": capacity})
+    def set_pool_capacity(
+        self, name: str, capacity: int, settings: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """PUT /api/pools/{pool} with `{capacity}` and `settings` (`aging_step_s`)."""
+        body = {"capacity": capacity, **(settings or {})}
+        pool: dict[str, Any] = self._json("PUT", _path("pools", name), json=body)
         return pool
 
     def target(self, name: str) -> dict[str, Any]:

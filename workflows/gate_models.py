@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from workflows.fair_shares import FairShares
 from workflows.names import gate_workflow_id
 
 
@@ -44,6 +45,11 @@ class GateRequest(BaseModel):
     created_at: int
     deadline_at: int | None = None
     ready: bool = False
+    # A pool shares its grants between groups by weight: the job's group (None: the
+    # ungrouped class), and that group's weight when the job was granted its group
+    # lease (None: not known yet; the pool keeps the weight it last heard).
+    group: str | None = None
+    weight: float | None = None
 
 
 ReleaseOutcome = Literal[
@@ -108,7 +114,8 @@ class GateSettings(BaseModel):
     weight: float = 1.0
     # pool
     capacity: int = 100
-    aging_step_s: float = 60.0
+    # A waiting job gains a priority point per step (None: priority is exact).
+    aging_step_s: float | None = None
     deadline_urgency_s: float = 60.0
     # target
     halted: bool = False
@@ -121,11 +128,20 @@ class GateSettings(BaseModel):
 
 class GatePatch(BaseModel):
     """A change of settings: only the fields set are applied (`max_parallel: null`
-    lifts a group's limit)."""
+    lifts a group's limit, `aging_step_s: null` ends a pool's aging)."""
 
     max_parallel: int | None = None
     weight: float | None = None
     capacity: int | None = None
+    aging_step_s: float | None = None
+    # The fields to apply, named: a patch reaches the gate with every field written out
+    # (null or not), so which were set does not travel otherwise. None: every field
+    # written out (a patch sent before this field existed).
+    fields: list[str] | None = None
+
+    def applied(self) -> set[str]:
+        """The fields this patch changes."""
+        return set(self.fields) if self.fields is not None else set(self.model_fields_set)
 
 
 class TargetResume(BaseModel):
@@ -166,6 +182,9 @@ class GateInput(BaseModel):
     released: list[str] = Field(default_factory=list)
     # Mean time a lease was held (ms), for an admission-only job's retry_after.
     lease_ms: float | None = None
+    # A pool's fair shares between groups; None in a gate started before them (its
+    # settings then carry the aging every pool had, which is dropped).
+    shares: FairShares | None = None
 
 
 class GateView(BaseModel):

@@ -9,6 +9,10 @@ starts holding it. Otherwise the job asks by signal once it runs and is answered
 A holder that vanished (its workflow terminated) is found by a periodic ping whose
 signal fails, so no fault keeps capacity held for good.
 
+A pool grants by weighted fair shares between groups, each group's jobs by priority then
+arrival, jobs near their deadline first (`_grant_fair`); one that ran before that change
+kept its first-come order with aging until it continues as new (FAIR_SHARES_PATCH).
+
 The gate mirrors its view into its memo (lists read visibility, not the workflow) and
 continues as new when its history grows.
 """
@@ -23,6 +27,7 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.fair_shares import UNGROUPED, FairShares
     from workflows.gate_models import (
         RETRY_AFTER_DEFAULT_S,
         Admission,
@@ -64,6 +69,10 @@ UNREADY_TTL_MS = 60_000
 RELEASED_KEEP = 500
 # How long a pause waits for the jobs it recalled to answer.
 RECALL_WAIT = timedelta(seconds=30)
+# A pool run that records this marker grants by fair shares between groups and exact
+# priority (aging only when its settings ask for it); one without it replays the older
+# order: priority plus aging, then arrival, across all its jobs.
+FAIR_SHARES_PATCH = "pool-fair-shares"
 
 
 def _now_ms() -> int:
@@ -72,8 +81,9 @@ def _now_ms() -> int:
 
 @workflow.defn(name=GATE_WORKFLOW)
 class GateWorkflow:
-    """A group (pause, max_parallel, weight), a pool (capacity in cost units, aging,
-    deadline urgency) or a target (one job at a time, in order, halts on a failure)."""
+    """A group (pause, max_parallel, weight), a pool (capacity in cost units, fair
+    shares between groups, deadline urgency) or a target (one job at a time, in order,
+    halts on a failure)."""
 
     @workflow.init
     def __init__(self, inp: GateInput) -> None:
@@ -85,6 +95,12 @@ class GateWorkflow:
         self._seq = inp.seq
         self._released = list(inp.released)
         self._lease_ms = inp.lease_ms
+        self._fair = inp.kind == GateKind.POOL and workflow.patched(FAIR_SHARES_PATCH)
+        self._shares = inp.shares or FairShares()
+        if self._fair and inp.shares is None:
+            # A pool from before fair shares: its aging step was every pool's default,
+            # and a pool now ages only when it is set for it.
+            self._settings.aging_step_s = None
         self._dirty = True
         self._unanswered: set[str] = set()
         self._sending: set[asyncio.Task[None]] = set()
@@ -165,13 +181,15 @@ class GateWorkflow:
     @workflow.update(name=CONFIGURE_UPDATE)
     def configure(self, patch: GatePatch) -> GateView:
         """Change max_parallel or weight (groups) or capacity (pools), at once."""
-        fields = patch.model_fields_set
+        fields = patch.applied()
         if "max_parallel" in fields:
             self._settings.max_parallel = patch.max_parallel
         if "weight" in fields and patch.weight is not None:
             self._settings.weight = patch.weight
         if "capacity" in fields and patch.capacity is not None:
             self._settings.capacity = patch.capacity
+        if "aging_step_s" in fields:
+            self._settings.aging_step_s = patch.aging_step_s
         self._dirty = True
         return self.gate()
 
@@ -190,6 +208,8 @@ class GateWorkflow:
             self._holders[job_id] = Holder(
                 request=request, seq=self._seq, enqueued_at=now, granted_at=now
             )
+            self._shares.learn(_group(request), request.weight)
+            self._shares.charge(_group(request))
             self._dirty = True
             return Admission(admitted=True)
         return self._refusal(request)
@@ -266,7 +286,14 @@ class GateWorkflow:
     @workflow.query(name=GATE_QUERY)
     def gate(self) -> GateView:
         """The gate as read."""
-        head = self._order(_now_ms())
+        now = _now_ms()
+        if self._fair:
+            # Read on a copy: a query changes nothing.
+            queues = self._pool_queues(now, every=True)
+            first = self._next_fair(*queues, self._shares.model_copy(deep=True), free=None)
+        else:
+            order = self._order(now)
+            first = order[0] if order else None
         return GateView(
             kind=self._kind,
             key=self._key,
@@ -274,7 +301,7 @@ class GateWorkflow:
             in_use=self._in_use(),
             holders=sorted(self._holders),
             waiting=len(self._waiters),
-            head=head[0].request.job_id if head else None,
+            head=first.request.job_id if first else None,
         )
 
     # -- the decisions -------------------------------------------------------------
@@ -283,6 +310,7 @@ class GateWorkflow:
         job_id = request.job_id
         if job_id in self._holders:
             return
+        self._shares.learn(_group(request), request.weight)
         waiting = self._waiters.get(job_id)
         if waiting is not None:
             if request.ready and not waiting.request.ready:
@@ -304,28 +332,112 @@ class GateWorkflow:
         return len(self._holders)
 
     def _order(self, now: int) -> list[Waiter]:
-        """The waiters in the order this gate grants them."""
+        """The waiters in the order this gate grants them (a pool without fair shares:
+        near deadlines first, then priority plus aging, then arrival)."""
         waiters = list(self._waiters.values())
         if self._kind == GateKind.TARGET:
             return sorted(waiters, key=lambda w: w.seq)
         if self._kind == GateKind.GROUP:
             return sorted(waiters, key=lambda w: (-w.request.priority, w.seq))
-        step_ms = max(1.0, self._settings.aging_step_s * 1000)
         urgency_ms = self._settings.deadline_urgency_s * 1000
 
         def rank(w: Waiter) -> tuple[int, int, int, int]:
             deadline = w.request.deadline_at
             urgent = deadline is not None and deadline - now <= urgency_ms
-            aged = w.request.priority + int((now - w.enqueued_at) // step_ms)
-            return (0 if urgent else 1, (deadline or 0) if urgent else 0, -aged, w.seq)
+            return (
+                0 if urgent else 1,
+                (deadline or 0) if urgent else 0,
+                -self._rank(w, now),
+                w.seq,
+            )
 
         return sorted(waiters, key=rank)
+
+    def _rank(self, waiter: Waiter, now: int) -> int:
+        """A pool's waiter's priority, plus a point per aging step waited if it ages."""
+        step_s = self._settings.aging_step_s
+        if step_s is None:
+            return waiter.request.priority
+        step_ms = max(1.0, step_s * 1000)
+        return waiter.request.priority + int((now - waiter.enqueued_at) // step_ms)
+
+    def _pool_queues(
+        self, now: int, *, every: bool = False
+    ) -> tuple[list[Waiter], dict[str, list[Waiter]]]:
+        """A pool's waiters that can fit at its capacity (`every`: all of them): those
+        whose deadline is near, soonest first; the others per group, by priority then
+        arrival."""
+        capacity = self._settings.capacity
+        urgency_ms = self._settings.deadline_urgency_s * 1000
+        urgent: list[Waiter] = []
+        groups: dict[str, list[Waiter]] = {}
+        for waiter in self._waiters.values():
+            request = waiter.request
+            if request.cost > capacity and not every:
+                continue  # can never fit at this capacity: it reserves nothing
+            deadline = request.deadline_at
+            if deadline is not None and deadline - now <= urgency_ms:
+                urgent.append(waiter)
+            else:
+                groups.setdefault(_group(request), []).append(waiter)
+        urgent.sort(key=lambda w: (w.request.deadline_at or 0, w.seq))
+        for queue in groups.values():
+            queue.sort(key=lambda w: (-self._rank(w, now), w.seq))
+        return urgent, groups
+
+    def _next_fair(
+        self,
+        urgent: list[Waiter],
+        groups: dict[str, list[Waiter]],
+        shares: FairShares,
+        free: int | None,
+    ) -> Waiter | None:
+        """The waiter a pool grants next, or reserves what frees up for (one that does
+        not fit in `free` units: nothing is granted past it, so small jobs cannot starve
+        it). A request whose job has not asked yet is passed over while it fits
+        (`free` None: by order alone, as the view's head). Near deadlines first; then
+        the group whose fair share is due (`shares`, updated to the groups waiting), and
+        that group's first."""
+
+        def candidate(waiter: Waiter) -> bool:
+            request = waiter.request
+            return free is None or request.ready or request.cost > free
+
+        for waiter in urgent:
+            if candidate(waiter):
+                return waiter
+        heads: dict[str, Waiter] = {}
+        for group, queue in groups.items():
+            head = next((w for w in queue if candidate(w)), None)
+            if head is not None:
+                heads[group] = head
+        if not heads:
+            return None
+        shares.waiting(heads)
+        return heads[shares.pick({group: head.seq for group, head in heads.items()})]
+
+    def _grant_fair(self, now: int, quiet: str | None) -> None:
+        """A pool's grants: what fits, in the order `_next_fair` gives."""
+        urgent, groups = self._pool_queues(now)
+        while True:
+            free = self._settings.capacity - self._in_use()
+            waiter = self._next_fair(urgent, groups, self._shares, free)
+            if waiter is None or waiter.request.cost > free:
+                return
+            request = waiter.request
+            for queue in (urgent, groups.get(_group(request), [])):
+                queue[:] = [w for w in queue if w is not waiter]
+            self._lease(waiter, now, quiet)
+            self._shares.charge(_group(request))
 
     def _grant(self, now: int, quiet: str | None = None) -> None:
         """Grant what fits, in order; each grant is signalled to its job, except to
         `quiet` (a job being admitted, which learns it from the answer)."""
         settings = self._settings
         if settings.paused or settings.halted:
+            return
+        if self._fair:
+            self._grant_fair(now, quiet)
             return
         for waiter in self._order(now):
             request = waiter.request
@@ -345,13 +457,17 @@ class GateWorkflow:
                     return  # the head reserves what frees up: small jobs don't starve it
                 if not request.ready:
                     continue
-            del self._waiters[request.job_id]
-            self._holders[request.job_id] = Holder(
-                **waiter.model_dump(exclude={"seen_at"}), granted_at=now, seen_at=now
-            )
-            if request.job_id != quiet:
-                self._send(request.job_id, GRANT_SIGNAL, self._grant_for())
-            self._dirty = True
+            self._lease(waiter, now, quiet)
+
+    def _lease(self, waiter: Waiter, now: int, quiet: str | None) -> None:
+        job_id = waiter.request.job_id
+        del self._waiters[job_id]
+        self._holders[job_id] = Holder(
+            **waiter.model_dump(exclude={"seen_at"}), granted_at=now, seen_at=now
+        )
+        if job_id != quiet:
+            self._send(job_id, GRANT_SIGNAL, self._grant_for())
+        self._dirty = True
 
     def _grant_for(self) -> GateGrant:
         weight = self._settings.weight if self._kind == GateKind.GROUP else None
@@ -389,6 +505,9 @@ class GateWorkflow:
         return int(self._settings.ping_after_s * 1000)
 
     def _carry(self) -> GateInput:
+        if self._fair:
+            jobs = [*self._waiters.values(), *self._holders.values()]
+            self._shares.keep_weights({_group(w.request) for w in jobs})
         return GateInput(
             kind=self._kind,
             key=self._key,
@@ -398,6 +517,7 @@ class GateWorkflow:
             seq=self._seq,
             released=self._released,
             lease_ms=self._lease_ms,
+            shares=self._shares if self._fair else None,
         )
 
     # -- signals out ---------------------------------------------------------------
@@ -422,3 +542,8 @@ class GateWorkflow:
             self._waiters.pop(job_id, None)
             self._unanswered.discard(job_id)
             self._dirty = True
+
+
+def _group(request: GateRequest) -> str:
+    """The class a pool shares its grants by: the job's group, or the ungrouped one."""
+    return request.group if request.group is not None else UNGROUPED

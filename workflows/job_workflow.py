@@ -614,6 +614,8 @@ class JobWorkflow:
             created_at=job.created_at,
             deadline_at=gate_deadline(job.deadline_at, job.urgent_at),
             ready=True,
+            group=job.group,
+            weight=self._weight,
         )
 
     def _time_to_deadline(self) -> timedelta | None:

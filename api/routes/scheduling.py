@@ -91,10 +91,11 @@ async def get_pool(pool: PoolName, gates: GatesDep) -> PoolView:
 
 
 @router.put("/pools/{pool}", response_model=PoolView)
-async def set_pool(pool: PoolName, capacity: PoolCapacity, gates: GatesDep) -> PoolView:
-    """Set a pool's capacity, at once. Lowering it stops admissions until in_use is
-    below it; it never stops a running job."""
-    return await gates.set_pool(pool, capacity)
+async def set_pool(pool: PoolName, body: PoolCapacity, gates: GatesDep) -> PoolView:
+    """Set a pool's capacity, at once, and its `aging_step_s` when given (null: none).
+    Lowering the capacity stops admissions until in_use is below it; it never stops a
+    running job."""
+    return await gates.set_pool(pool, body)
 
 
 # -- targets -----------------------------------------------------------------------------

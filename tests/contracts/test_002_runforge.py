@@ -20,6 +20,7 @@ import pytest
 
 from bench import harness
 from bench.harness import Proc
+from tests import faultkit
 from tests.conftest import PYTHON, Api, base_env, wait_until
 from worker.devserver import DevServer
 from worker.runforge import RUN_TYPE, pool_name
@@ -300,6 +301,34 @@ def test_pausing_a_group_stops_new_starts_while_its_running_runs_finish(
         job_when(hub, jobs[run_id], status="completed")
     status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
     assert group_line(status, group) == f"group {group}: succeeded=4"
+
+
+def test_two_sweeps_in_one_workspace_take_turns_at_its_max_parallel(
+    env: dict[str, str], hub: Api, workspace: Path, start_daemon: Callable[[Path, int], Proc]
+) -> None:
+    start_daemon(workspace, 1)
+    sweeps = {f"grp_{uuid.uuid4().hex[:10]}_{name}": name for name in ("A", "B")}
+    jobs: dict[str, str] = {}  # job id -> sweep letter
+    for group, name in sweeps.items():  # the whole of A first, then B
+        runs = [{"run_id": f"{name}-{n}"} for n in range(4)]
+        plan = workspace / f"plan-{name}.json"
+        plan.write_text(json.dumps({"group_id": group, "workspace": str(workspace), "runs": runs}))
+        out = ok(rf(env, "sweep", "--plan", str(plan), "--enqueue"))
+        jobs.update(dict.fromkeys(enqueued(out).values(), name))
+    # A's first run holds the one slot; the seven others wait for the workspace.
+    first = wait_until(
+        lambda: next((r for r in jobs if hub.job(r)["status"] == "running"), None),
+        timeout=60,
+        what="a run to start",
+    )
+    for job_id in jobs.keys() - {first}:
+        job_when(hub, job_id, status="pending", waiting_for="pool_capacity")
+    (workspace / "release").touch()
+    done = [job_when(hub, job_id, status="completed") for job_id in jobs]
+    order = [jobs[job["id"]] for job in sorted(done, key=lambda job: job["claimed_at"])]
+    # First come, first served would run A's four, then B's.
+    assert "".join(order) == "AABABABB"
+    assert faultkit.share_problems(order[1:], {"A": 1, "B": 1}) == []
 
 
 def test_retry_failed_enqueues_a_groups_failed_runs_again(
