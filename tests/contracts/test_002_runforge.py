@@ -305,8 +305,15 @@ def test_a_daemon_moves_its_workspaces_runs_queued_before_routing_by_workspace(
     )
     daemon.wait_for(f"[RF:QUEUE=JOB_DONE {new} run_id=old-1 status=succeeded]")
     assert design_state(hub, old) == "canceled"
+
+    # An old client's run, enqueued while the daemon runs, is moved as well.
+    late = legacy("old-3", mine, group=group)
+    daemon.wait_for(f"run_id=old-3 moved_from={late}]", timeout=60)
+    again = re.search(rf"JOB_ENQUEUED (\S+) run_id=old-3 moved_from={late}\]", daemon.output())
+    assert again, daemon.output()
+    job_when(hub, again.group(1), status="completed")
     status = ok(rf(env, "queue-status", "--workspace", str(mine)))
-    assert group_line(status, group) == f"group {group}: succeeded=1 canceled=1"
+    assert group_line(status, group) == f"group {group}: succeeded=2 canceled=2"
 
     left = hub.job(foreign)
     assert (left["status"], left["attempts"], left["type"]) == ("pending", 0, LEGACY_RUN_TYPE)
