@@ -6,6 +6,7 @@ the one line the CLI prints.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from workflows.models import Job
 # Where `jobforge dev` keeps the secret it generated (in its data dir).
 SECRET_FILE_NAME = "ingest-secret"
 EVENTS_PATH = "/api/jobs/events"
+# The API's largest listing page (api/job_service.py LIST_LIMIT_MAX).
+LIST_PAGE = 500
 
 
 class HubSettings(BaseSettings):
@@ -143,14 +146,27 @@ class HubClient:
         self, status: str | None, job_type: str | None, limit: int, order: str = "recent"
     ) -> list[dict[str, Any]]:
         """GET /api/jobs, of one status if asked: a status, or `cancelled` (and `failed`
-        leaves the cancelled jobs out), as the counts name them."""
-        query: dict[str, Any] = {"limit": limit, "order": order}
+        leaves the cancelled jobs out), as the counts name them. Up to `limit` jobs,
+        page after page (the API cuts a page at 500)."""
+        query: dict[str, Any] = {"order": order}
         if status:
             query["status"] = status
         if job_type:
             query["type"] = job_type
-        listed: list[dict[str, Any]] = self.call("GET", "/api/jobs", params=query).json()
-        return listed
+        return list(itertools.islice(self.job_pages(query, min(limit, LIST_PAGE)), limit))
+
+    def job_pages(self, query: dict[str, Any], page: int = LIST_PAGE) -> Iterator[dict[str, Any]]:
+        """Every job GET /api/jobs lists for `query` (its filters: status, type, pool,
+        group, target), `page` at a time, following `Next-Page-Token` to the end."""
+        params = {**query, "limit": page}
+        while True:
+            response = self.call("GET", "/api/jobs", params=params)
+            listed: list[dict[str, Any]] = response.json()
+            yield from listed
+            following = response.headers.get("Next-Page-Token")
+            if not following or not listed:
+                return
+            params["page_token"] = following
 
     def cancel(self, job_id: str) -> None:
         """DELETE /api/jobs/{id}."""

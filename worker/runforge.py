@@ -1,5 +1,6 @@
 """002, the run queue (`002_*`): what `runforge-cli` and its daemon share. A workspace is
-a pool (capacity: the design's `max_parallel`), a run is a job of type `runforge.run`,
+a pool (capacity: the design's `max_parallel`), a run is a job of the workspace's own
+type `runforge.run.<pool>` (its own task queue: only that workspace's daemon polls it),
 a group is a jobforge group; the sweep plan format and the design's exit codes and
 `[RF:…]` tokens (docs/contracts.md)."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -16,10 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workflows.contract_states import names, status_name
-from workflows.job_states import JobStatus
+from workflows.job_states import OPEN, JobStatus
 from workflows.models import GATE_KEY_PATTERN
 
-RUN_TYPE = "runforge.run"
+# Runs enqueued before each workspace had its own type: every daemon polled their one
+# queue. A daemon moves its workspace's queued ones to its own type (`legacy_body`).
+LEGACY_RUN_TYPE = "runforge.run"
 # A run goes once: a failed run is `failed` until retry-failed queues it again.
 RUN_MAX_ATTEMPTS = 1
 # Runs (training, sweeps) are long; the API's ceiling rather than its 5 min default.
@@ -131,13 +135,20 @@ def pool_name(workspace: Path) -> str:
     return f"rf-{slug}-{digest}"
 
 
+def run_type(pool: str) -> str:
+    """The job type of a workspace's runs: its queue, `jobforge-runforge.run.<pool>`, is
+    polled by that workspace's daemon only (a valid type: at most 49 characters)."""
+    return f"{LEGACY_RUN_TYPE}.{pool}"
+
+
 def run_job(run_id: str, workspace: Path, group_id: str | None, priority: int) -> dict[str, Any]:
     """The `POST /api/jobs` body of one run."""
+    pool = pool_name(workspace)
     body: dict[str, Any] = {
-        "type": RUN_TYPE,
+        "type": run_type(pool),
         "params": {"run_id": run_id, "workspace": str(workspace)},
         "priority": priority,
-        "pool": pool_name(workspace),
+        "pool": pool,
         "cost_units": 1,
         "max_attempts": RUN_MAX_ATTEMPTS,
         "max_runtime_ms": RUN_MAX_RUNTIME_MS,
@@ -145,6 +156,16 @@ def run_job(run_id: str, workspace: Path, group_id: str | None, priority: int) -
     if group_id is not None:
         body["group"] = group_id
     return body
+
+
+def legacy_body(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The body that enqueues a queued run of the shared legacy type again as its
+    workspace's type, or None when the job is not such a run."""
+    params = job.get("params") or {}
+    workspace, run_id = params.get("workspace"), params.get("run_id")
+    if job.get("type") != LEGACY_RUN_TYPE or not isinstance(workspace, str) or not run_id:
+        return None
+    return run_job(str(run_id), Path(workspace), job.get("group"), int(job.get("priority", 0)))
 
 
 def state_of(job: dict[str, Any]) -> str:
@@ -156,6 +177,39 @@ def run_id_of(job: dict[str, Any]) -> str:
     """The run a job runs."""
     params = job.get("params") or {}
     return str(params.get("run_id", "?"))
+
+
+def iso(ms: int | None) -> str:
+    """A time in ms as the design's ISO 8601 (UTC, seconds), or `-`."""
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def started_at(job: dict[str, Any]) -> int | None:
+    """When the run's last attempt started: its claim (None while queued)."""
+    claimed: int | None = job.get("claimed_at")
+    return claimed if job.get("attempts") else None
+
+
+def finished_at(job: dict[str, Any]) -> int | None:
+    """When the run ended (None while open): its completion, else the time of the
+    transition that ended it (a cancel, a failure)."""
+    if JobStatus(job["status"]) in OPEN:
+        return None
+    ended: int | None = job.get("completed_at")
+    transitions = job.get("transitions") or []
+    return ended or (transitions[-1]["ts"] if transitions else None)
+
+
+def error_of(job: dict[str, Any]) -> str | None:
+    """Why a failed or canceled run ended: its fail reason, else its last failed
+    attempt's (None for a run that did not fail)."""
+    if state_of(job) not in ("failed", "canceled"):
+        return None
+    history = job.get("fail_history") or []
+    reason = job.get("fail_reason") or (history[-1]["reason"] if history else None)
+    return str(reason) if reason else None
 
 
 def daemon_tags(pool: str, pid: int, state: DaemonState) -> list[str]:

@@ -25,7 +25,6 @@ from worker.runforge import (
     HEALTHY_WITHIN_S,
     PID_TAG,
     POOL_TAG,
-    RUN_TYPE,
     STATE_ORDER,
     STATE_TAG,
     Exit,
@@ -34,10 +33,14 @@ from worker.runforge import (
     RunforgeSettings,
     RunId,
     SweepPlan,
+    error_of,
+    finished_at,
+    iso,
     load_plan,
     pool_name,
     run_id_of,
     run_job,
+    started_at,
     state_of,
     tag_value,
     token,
@@ -48,9 +51,6 @@ EXIT_CODES = (
     "Exit codes: 0 done; 1 failed (a bad option or value, the hub refused or could not "
     "be reached); 5 canceled (cancel-group, or interrupted); 6 an invalid sweep plan."
 )
-# One listing page of the API, and how many runs queue-status reads at most.
-PAGE = 500
-STATUS_MAX_RUNS = 5000
 
 
 class _RunforgeCommand(_Command):
@@ -270,18 +270,9 @@ def cancel_group(group_id: GroupIdOpt, workspace: Workspace) -> None:  # noqa: A
 
 
 def _runs(client: HubClient, pool: str) -> Iterator[dict[str, Any]]:
-    """The workspace's runs, open ones first (newest first), up to STATUS_MAX_RUNS."""
-    query: dict[str, Any] = {"type": RUN_TYPE, "limit": PAGE}
-    read = 0
-    while read < STATUS_MAX_RUNS:
-        response = client.call("GET", "/api/jobs", params=query)
-        page: list[dict[str, Any]] = response.json()
-        read += len(page)
-        yield from (job for job in page if job.get("pool") == pool)
-        token_ = response.headers.get("Next-Page-Token")
-        if not token_ or not page:
-            return
-        query["page_token"] = token_
+    """The workspace's runs (its pool's jobs: the runs of its type, and any still of
+    the legacy type), open ones first, newest first, page after page."""
+    return client.job_pages({"pool": pool})
 
 
 def _daemons(client: HubClient, pool: str) -> list[dict[str, Any]]:
@@ -322,11 +313,23 @@ def _counts(runs: list[dict[str, Any]]) -> str:
     return " ".join(f"{state}={counted[state]}" for state in STATE_ORDER if counted[state])
 
 
+def _run_line(run: dict[str, Any]) -> str:
+    """One run: the design's job fields, its error last (it may hold spaces)."""
+    line = (
+        f"  {run['id']} run_id={run['run_id']} state={run['state']} "
+        f"priority={run.get('priority', 0)} attempt={max(1, run.get('attempts', 0))} "
+        f"started_at={iso(started_at(run))} finished_at={iso(finished_at(run))}"
+    )
+    error = error_of(run)
+    return f"{line} error={error}" if error else line
+
+
 @app.command("queue-status", cls=_RunforgeCommand)
 def queue_status(workspace: Workspace) -> None:
     """Print the workspace's queue by group, and whether its daemon is healthy.
 
-    States are the design's; healthy is running with a heartbeat within 30 s.
+    States are the design's; healthy is running with a heartbeat within 30 s. Each run
+    shows when it started and finished (UTC) and, failed or canceled, its error.
     """
     path = workspace_path(workspace)
     pool = pool_name(path)
@@ -356,10 +359,7 @@ def queue_status(workspace: Workspace) -> None:
             label += " paused"
         _say(f"{label}: {_counts(members)}")
         for run in sorted(members, key=lambda r: (-int(r.get("priority", 0)), r["created_at"])):
-            _say(
-                f"  {run['id']} run_id={run['run_id']} state={run['state']} "
-                f"priority={run.get('priority', 0)} attempt={max(1, run.get('attempts', 0))}"
-            )
+            _say(_run_line(run))
     _exit(Exit.SUCCESS)
 
 

@@ -1,10 +1,12 @@
-"""`runforge-cli daemon`: a native jobforge worker in this process, serving the
-`runforge.run` type with the command in RUNFORGE_RUN_COMMAND, until SIGINT/SIGTERM.
+"""`runforge-cli daemon`: a native jobforge worker in this process, serving its
+workspace's run type (`runforge.run.<pool>`, a queue no other daemon polls) with the
+command in RUNFORGE_RUN_COMMAND, until SIGINT/SIGTERM.
 
 In process rather than a `jobforge worker` child: the pid the design's tokens name is the
 process that runs the runs and takes the signals, and the daemon can tell its record when
 it is stopping and stopped. It follows the hub's event stream to print the runs it
-starts and finishes as the design's `[RF:QUEUE=…]` tokens.
+starts and finishes as the design's `[RF:QUEUE=…]` tokens, and moves its workspace's
+runs still queued as the shared legacy type `runforge.run` to its own type.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from engine.directory import register_worker
 from worker.hub_client import HubClient, HubError, HubSettings
 from worker.native import NativeWorker, install_stop_handlers, quiet_attempt_failures
 from worker.runforge import (
-    RUN_TYPE,
+    LEGACY_RUN_TYPE,
     DaemonState,
     daemon_tags,
+    legacy_body,
     pool_name,
     run_id_of,
+    run_type,
     state_of,
     token,
 )
@@ -44,6 +48,10 @@ DONE_EVENTS = ("job:completed", "job:quarantined", "job:stopped")
 # How long, after the worker stopped, the daemon reads the runs it started to report
 # how they ended.
 FINAL_READ_S = 15.0
+# How often the daemon looks for its workspace's queued legacy runs to move (the last
+# client that enqueues them may be an older runforge-cli).
+MOVE_EVERY_S = 15.0
+CONFLICT = 409
 
 
 def say(line: str) -> None:
@@ -56,9 +64,10 @@ class RunReporter:
     """Prints JOB_STARTED and JOB_DONE once per attempt of the runs this daemon takes,
     from the hub's event stream (a thread: the hub client is synchronous)."""
 
-    def __init__(self, hub: HubSettings, node_id: str) -> None:
+    def __init__(self, hub: HubSettings, node_id: str, job_type: str) -> None:
         self._hub = hub
         self._node_id = node_id
+        self._type = job_type
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}  # job id → run id
         self.opened = threading.Event()
@@ -71,7 +80,7 @@ class RunReporter:
             while not self.stopped.is_set():
                 try:
                     for name, event_id, data in client.events(
-                        [], [RUN_TYPE], last_id, on_open=self.opened.set
+                        [], [self._type], last_id, on_open=self.opened.set
                     ):
                         last_id = event_id or last_id
                         self._on(client, name, data)
@@ -123,6 +132,52 @@ class RunReporter:
             self.stopped.wait(0.2)
 
 
+def move_legacy_runs(client: HubClient, pool: str) -> list[tuple[str, str, str]]:
+    """Enqueue the workspace's runs still queued as the legacy shared type again as its
+    own type, and cancel the old jobs: (old job id, new job id, run id) per run moved.
+
+    The new job comes first, under an idempotency key named by the old one, so a move
+    cut short is finished by the next (the same new job). The old job is then canceled;
+    if it had left the queue meanwhile (a 409: an older daemon took it, or it was
+    canceled), the new one is canceled instead. A run moved has a new job id and a new
+    place at the end of its group's queue."""
+    moved = []
+    query = {"type": LEGACY_RUN_TYPE, "pool": pool, "status": "pending"}
+    for job in list(client.job_pages(query)):
+        body = legacy_body(job)
+        if body is None:
+            continue
+        new_id = client.submit(body, idempotency_key=f"runforge-move-{job['id']}")
+        try:
+            client.cancel(job["id"])
+        except HubError as err:
+            if err.status != CONFLICT:
+                raise
+            client.cancel(new_id)
+            continue
+        moved.append((job["id"], new_id, run_id_of(job)))
+    return moved
+
+
+def _move(hub: HubSettings, pool: str) -> None:
+    """One move of the legacy runs, each told as an enqueue token."""
+    try:
+        with HubClient(hub) as client:
+            moved = move_legacy_runs(client, pool)
+    except HubError as err:
+        say(f"runforge daemon: moving legacy runs: {err}")
+        return
+    for old_id, new_id, run_id in moved:
+        say(token("QUEUE", "JOB_ENQUEUED", new_id, f"run_id={run_id}", f"moved_from={old_id}"))
+
+
+async def _keep_moving(hub: HubSettings, pool: str) -> None:
+    """Move the legacy runs now and every MOVE_EVERY_S until cancelled."""
+    while True:
+        await asyncio.to_thread(_move, hub, pool)
+        await asyncio.sleep(MOVE_EVERY_S)
+
+
 def node_id() -> str:
     """NODE_ID, or `runforge-<host>-<pid>`."""
     return os.environ.get("NODE_ID") or f"runforge-{socket.gethostname()}-{os.getpid()}"
@@ -153,15 +208,16 @@ async def _record(
 async def serve(workspace: Path, max_parallel: int, command: str, hub: HubSettings) -> None:
     """Run the daemon until SIGINT/SIGTERM; a hub or Temporal error raises."""
     pool = pool_name(workspace)
+    job_type = run_type(pool)
     pid = os.getpid()
     worker_id = node_id()
     with HubClient(hub) as client:
         client.set_pool_capacity(pool, max_parallel)
     temporal = TemporalSettings()
     settings = WorkerSettings(
-        types=[RUN_TYPE],
+        types=[job_type],
         cores=max_parallel,
-        solvers={RUN_TYPE: command},
+        solvers={job_type: command},
         tags=daemon_tags(pool, pid, "running"),
         node_id=worker_id,
     )
@@ -169,7 +225,7 @@ async def serve(workspace: Path, max_parallel: int, command: str, hub: HubSettin
     install_stop_handlers(stop)
     quiet_attempt_failures()
     temporal_client = await connect(temporal, identity=worker_id)
-    reporter = RunReporter(hub, worker_id)
+    reporter = RunReporter(hub, worker_id, job_type)
     threading.Thread(target=reporter.follow, name="runforge events", daemon=True).start()
     # Runs can start as soon as the worker polls: follow the stream before that.
     await asyncio.to_thread(reporter.opened.wait, 30)
@@ -178,10 +234,12 @@ async def serve(workspace: Path, max_parallel: int, command: str, hub: HubSettin
     )
     running = asyncio.create_task(native.run(stop))
     say(token("DAEMON", "STARTED", f"pid={pid}", f"max_parallel={max_parallel}"))
+    moving = asyncio.create_task(_keep_moving(hub, pool))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
     if stop.is_set():
         await _record(temporal_client, temporal, settings, pool, "stopping")
+    moving.cancel()
     try:
         await running
     finally:

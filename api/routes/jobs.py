@@ -11,7 +11,7 @@ from starlette.convertors import StringConvertor, register_url_convertor
 from api.deps import Authorized, GatesDep, JobsDep, MetricsDep
 from api.job_service import LIST_LIMIT_MAX
 from workflows.job_states import CountKind, JobStatus
-from workflows.models import TYPE_PATTERN, Job, JobSpec, ListOrder
+from workflows.models import GATE_KEY_PATTERN, TARGET_PATTERN, TYPE_PATTERN, Job, JobSpec, ListOrder
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
 
@@ -85,6 +85,11 @@ async def list_jobs(
     jobs: JobsDep,
     status: StatusFilter = None,
     type: Annotated[str | None, Query(pattern=TYPE_PATTERN)] = None,
+    pool: Annotated[str | None, Query(pattern=GATE_KEY_PATTERN, description="Its pool")] = None,
+    group: Annotated[str | None, Query(pattern=GATE_KEY_PATTERN, description="Its group")] = None,
+    target: Annotated[
+        str | None, Query(pattern=TARGET_PATTERN, description="Its serial target")
+    ] = None,
     limit: Annotated[
         int, Query(ge=1, description=f"Page size; above {LIST_LIMIT_MAX} it is cut to it")
     ] = 50,
@@ -97,7 +102,9 @@ async def list_jobs(
     counts do (`GET /api/jobs/counts`). `order=recent` (the default): open jobs newest
     first, then closed ones most recently closed first, visibility's own order.
     `order=priority`: priority descending, then oldest first (the claim order), found
-    with counts. Either costs O(offset + limit) whatever the number of jobs."""
+    with counts. Either costs O(offset + limit) whatever the number of jobs. `pool`,
+    `group` and `target` narrow the list to the jobs submitted with that name (search
+    attributes set at submit, so no index beyond the listing's own is read)."""
     listed = await jobs.list_jobs(
         None,
         type,
@@ -106,6 +113,9 @@ async def list_jobs(
         offset=offset,
         order=order,
         page_token=page_token,
+        group=group,
+        pool=pool,
+        target=target,
     )
     if listed.next_page_token:
         following = request.url.remove_query_params("offset").include_query_params(

@@ -23,7 +23,7 @@ from bench.harness import Proc
 from tests import faultkit
 from tests.conftest import PYTHON, Api, base_env, wait_until
 from worker.devserver import DevServer
-from worker.runforge import RUN_TYPE, pool_name
+from worker.runforge import LEGACY_RUN_TYPE, RUN_MAX_ATTEMPTS, iso, pool_name, run_type
 from workflows.contract_states import state_name
 from workflows.models import Job
 
@@ -134,12 +134,16 @@ def enqueued(out: str) -> dict[str, str]:
 
 
 def run_lines(status: str) -> dict[str, dict[str, str]]:
-    """queue-status' run lines: job id → {run_id, state, priority, attempt}."""
+    """queue-status' run lines: job id → {run_id, state, priority, attempt, started_at,
+    finished_at, error?} (the error last: it may hold spaces)."""
     rows = {}
     for line in status.splitlines():
         if line.startswith("  "):
+            line, _, error = line.partition(" error=")
             job_id, *fields = line.split()
             rows[job_id] = dict(field.split("=", 1) for field in fields)
+            if error:
+                rows[job_id]["error"] = error
     return rows
 
 
@@ -184,7 +188,7 @@ def test_an_enqueued_run_is_queued_then_the_daemon_runs_it_and_status_says_so(
     job_id = enqueued(out)["r-0001"]
     job = hub.job(job_id)
     assert (job["type"], job["params"]) == (
-        RUN_TYPE,
+        run_type(pool_name(workspace)),
         {"run_id": "r-0001", "workspace": str(workspace)},
     )
     assert (job["group"], job["pool"], job["cost_units"], job["priority"]) == (
@@ -200,6 +204,7 @@ def test_an_enqueued_run_is_queued_then_the_daemon_runs_it_and_status_says_so(
     row = run_lines(status)[job_id]
     assert (row["run_id"], row["state"], row["priority"]) == ("r-0001", "queued", "3")
     assert row["state"] == design_state(hub, job_id)
+    assert (row["started_at"], row["finished_at"], row.get("error")) == ("-", "-", None)
 
     daemon = start_daemon(workspace, 2)
     assert f"[RF:DAEMON=STARTED pid={daemon.process.pid} max_parallel=2]" in daemon.output()
@@ -220,6 +225,101 @@ def test_an_enqueued_run_is_queued_then_the_daemon_runs_it_and_status_says_so(
     # One daemon per workspace: a second one is refused while the first is healthy.
     second = rf(env, "daemon", "--workspace", str(workspace))
     assert one_error(second, 1).startswith(f"error: a daemon already serves {workspace} ")
+
+
+def test_a_daemon_takes_only_its_own_workspaces_runs(
+    env: dict[str, str],
+    hub: Api,
+    tmp_path: Path,
+    start_daemon: Callable[[Path, int], Proc],
+) -> None:
+    """Each workspace's runs are on their own queue: a daemon never starts another
+    workspace's run, which waits for its own daemon (no attempt, nothing refused)."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for path in (mine, theirs):
+        path.mkdir()
+        (path / "release").touch()
+    other = enqueued(ok(rf(env, "enqueue-run", "--run-id", "t-1", "--workspace", str(theirs))))
+    own = enqueued(ok(rf(env, "enqueue-run", "--run-id", "m-1", "--workspace", str(mine))))
+
+    daemon = start_daemon(mine, 2)
+    job_when(hub, own["m-1"], status="completed")
+
+    job = job_when(hub, other["t-1"], status="pending", waiting_for="no_worker")
+    assert (job["attempts"], job["fail_history"], job["type"]) == (
+        0,
+        [],
+        run_type(pool_name(theirs)),
+    )
+    assert not (theirs / "started-t-1").exists()
+    assert other["t-1"] not in daemon.output()
+    status = ok(rf(env, "queue-status", "--workspace", str(mine)))
+    assert list(run_lines(status)) == [own["m-1"]]
+    status = ok(rf(env, "queue-status", "--workspace", str(theirs)))
+    assert list(run_lines(status)) == [other["t-1"]]
+    assert run_lines(status)[other["t-1"]]["state"] == "queued"
+
+    start_daemon(theirs, 1)
+    job_when(hub, other["t-1"], status="completed")
+
+
+def test_a_daemon_moves_its_workspaces_runs_queued_before_routing_by_workspace(
+    env: dict[str, str],
+    hub: Api,
+    tmp_path: Path,
+    group: str,
+    start_daemon: Callable[[Path, int], Proc],
+) -> None:
+    """A run queued as the old shared type (every daemon polled its queue) is moved by
+    its own workspace's daemon: enqueued again as the workspace's type, the old job
+    canceled. Another workspace's old run is left on the old queue."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for path in (mine, theirs):
+        path.mkdir()
+        (path / "release").touch()
+
+    def legacy(run_id: str, workspace: Path, **extra: Any) -> str:
+        return hub.submit(
+            type=LEGACY_RUN_TYPE,
+            params={"run_id": run_id, "workspace": str(workspace)},
+            pool=pool_name(workspace),
+            cost_units=1,
+            max_attempts=RUN_MAX_ATTEMPTS,
+            **extra,
+        )
+
+    old = legacy("old-1", mine, group=group, priority=2)
+    foreign = legacy("old-2", theirs)
+
+    daemon = start_daemon(mine, 1)
+    daemon.wait_for(f"moved_from={old}]", timeout=60)
+    said = daemon.output()
+    moved = re.search(rf"\[RF:QUEUE=JOB_ENQUEUED (\S+) run_id=old-1 moved_from={old}\]", said)
+    assert moved, said
+    new = moved.group(1)
+    job = job_when(hub, new, status="completed")
+    assert (job["type"], job["group"], job["priority"], job["params"]["run_id"]) == (
+        run_type(pool_name(mine)),
+        group,
+        2,
+        "old-1",
+    )
+    daemon.wait_for(f"[RF:QUEUE=JOB_DONE {new} run_id=old-1 status=succeeded]")
+    assert design_state(hub, old) == "canceled"
+
+    # An old client's run, enqueued while the daemon runs, is moved as well.
+    late = legacy("old-3", mine, group=group)
+    daemon.wait_for(f"run_id=old-3 moved_from={late}]", timeout=60)
+    again = re.search(rf"JOB_ENQUEUED (\S+) run_id=old-3 moved_from={late}\]", daemon.output())
+    assert again, daemon.output()
+    job_when(hub, again.group(1), status="completed")
+    status = ok(rf(env, "queue-status", "--workspace", str(mine)))
+    assert group_line(status, group) == f"group {group}: succeeded=2 canceled=2"
+
+    left = hub.job(foreign)
+    assert (left["status"], left["attempts"], left["type"]) == ("pending", 0, LEGACY_RUN_TYPE)
+    assert not (theirs / "started-old-2").exists()
+    assert hub.http.delete(f"/api/jobs/{foreign}").status_code == 204
 
 
 def test_the_daemon_stops_gracefully_on_sigterm_letting_its_running_run_finish(
@@ -353,6 +453,16 @@ def test_retry_failed_enqueues_a_groups_failed_runs_again(
     status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
     assert group_line(status, group) == f"group {group}: succeeded=1 failed=1"
     assert run_lines(status)[jobs["bad"]]["state"] == "failed" == design_state(hub, jobs["bad"])
+    # Each run's start and end times, and the failed one's error.
+    for run_id, failed in (("good", False), ("bad", True)):
+        job, row = hub.job(jobs[run_id]), run_lines(status)[jobs[run_id]]
+        assert job["claimed_at"] and job["completed_at"], job
+        assert (row["started_at"], row["finished_at"], row.get("error")) == (
+            iso(job["claimed_at"]),
+            iso(job["completed_at"]),
+            job["fail_reason"] if failed else None,
+        )
+    assert run_lines(status)[jobs["bad"]]["error"] == "solver_exit: solver exited with code 1"
 
     (workspace / "fail-bad").unlink()
     out = ok(rf(env, "retry-failed", "--group-id", group, "--workspace", str(workspace)))
@@ -385,7 +495,15 @@ def test_cancel_group_cancels_its_queued_runs_and_exits_5(
     status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
     assert group_line(status, group) == f"group {group}: canceled=2"
     for job_id in ids:
-        assert run_lines(status)[job_id]["state"] == "canceled" == design_state(hub, job_id)
+        row = run_lines(status)[job_id]
+        assert row["state"] == "canceled" == design_state(hub, job_id)
+        # Never started; ended by the cancel, its error the cancel.
+        ended = hub.job(job_id)["transitions"][-1]["ts"]
+        assert (row["started_at"], row["finished_at"], row["error"]) == (
+            "-",
+            iso(ended),
+            "cancelled",
+        )
 
 
 @pytest.mark.parametrize(
