@@ -244,7 +244,7 @@ async def test_a_job_whose_worker_dies_during_its_stop_ends_stopped(harness: Har
 # -- stop_claimed: an assigned job's worker may have started its work -----------------
 
 
-async def test_a_stop_claimed_job_stopped_while_assigned_reads_stop_requested_until_its_work_is_gone(
+async def test_a_stop_claimed_job_stopped_while_assigned_stops_once_its_work_is_gone(
     harness: Harness,
 ) -> None:
     gone = asyncio.Event()
