@@ -49,8 +49,11 @@ class HostInfo(BaseModel):
     version: Annotated[str | None, Field(max_length=64)] = Field(
         default=None, description="The jobforge version the worker runs"
     )
+    # Left out of every dump while unset: the record's memo and /api/workers read as
+    # before it existed.
     extra: dict[str, JsonValue] | None = Field(
         default=None,
+        exclude_if=lambda value: value is None,
         description="Other keys, kept as sent: a 003 worker's own heartbeat info "
         f"(at most {EXTRA_KEYS_MAX} keys, {EXTRA_BYTES_MAX} bytes as JSON)",
     )

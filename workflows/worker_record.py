@@ -31,11 +31,7 @@ class WorkerState(WorkerRecord):
 
     def memo(self) -> dict[str, Any]:
         """The memo form; without telemetry, exactly the pre-telemetry record."""
-        unset: dict[str, Any] = {
-            name: True for name in ("telemetry", "telemetry_at") if getattr(self, name) is None
-        }
-        if self.telemetry is not None and self.telemetry.extra is None:
-            unset["telemetry"] = {"extra"}  # without other keys, the memo reads as before
+        unset = {name for name in ("telemetry", "telemetry_at") if getattr(self, name) is None}
         return self.model_dump(mode="json", exclude=unset)
 
 
