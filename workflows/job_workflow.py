@@ -521,15 +521,18 @@ class JobWorkflow:
 
     def _stale_claim(self, attempt: int, err: ActivityError) -> bool:
         """The attempt was claimed, its worker never reported running and then went
-        silent past the heartbeat timeout, and the job returns such claims (within
-        STALE_CLAIMS_RETURNED)."""
+        silent past the heartbeat timeout (or past its claim limit: the bridge ended
+        the attempt `claim_expired`), and the job returns such claims (within
+        STALE_CLAIMS_RETURNED). No history before `claim_expired` holds one."""
         cause = err.cause
+        stale = (isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT) or (
+            isinstance(cause, ApplicationError) and cause.type == ErrorType.CLAIM_EXPIRED
+        )
         return (
             self._requeue_stale
             and self._claimed_attempt == attempt
             and self._job.status == JobStatus.ASSIGNED
-            and isinstance(cause, TimeoutError)
-            and cause.type == TimeoutType.HEARTBEAT
+            and stale
             and self._stale_returned < STALE_CLAIMS_RETURNED
         )
 

@@ -10,8 +10,10 @@ workers, which poll for a job, report its status, and are told to stop through i
 - The design's shared files are read from `VM_SHARED_DATA` when it is set: the log the
   worker writes, the progress and result the container writes.
 - Stale: a job whose worker sends no status update for `JOB_STATUS_TTL` (default the
-  core's heartbeat timeout) is stale. A dispatched one goes back to the queue, its claim
-  not counted (`requeue_stale_claims`); a running one fails: its only attempt timed out.
+  core's heartbeat timeout; at most HOST_HEARTBEAT_TTL + WORKER_STALE_GRACE_SECONDS) is
+  stale. A dispatched one goes back to the queue, its claim not counted
+  (`requeue_stale_claims`), and so does one not reported running within
+  QUEUE_CLAIM_TTL; a running one fails: its only attempt timed out.
 """
 
 from __future__ import annotations
@@ -422,6 +424,8 @@ def router(
         if claimed is None:
             return Response(status_code=status.HTTP_204_NO_CONTENT)
         metrics.claims.inc()
+        if settings.queue_claim_ttl is not None:
+            bridge.expire_claim_after(claimed, settings.queue_claim_ttl)
         return Payload.of(claimed)
 
     @routes.post(

@@ -537,3 +537,39 @@ def test_the_designs_staleness_settings_map_onto_jobforges(
         )
     finally:
         sims.close()
+
+
+def test_a_claim_not_reported_running_within_queue_claim_ttl_goes_back_to_the_queue(
+    start_api: Callable[..., Api], shared: Path
+) -> None:
+    # QUEUE_CLAIM_TTL (2 s) is far shorter than JOB_STATUS_TTL (300 s): a dispatched job
+    # goes back to the queue at the first; a running one is kept.
+    api = start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"c003c-{uuid.uuid4().hex[:8]}-",
+        CONTAINER_VOLUME_PREFIXES=str(shared),
+        JOB_STATUS_TTL="300",
+        QUEUE_CLAIM_TTL="2",
+    )
+    sims = Sims(api, shared)
+    try:
+        kept, left = sims.run()["job_id"], sims.run()["job_id"]
+        runner, ghost = f"w-{uuid.uuid4().hex[:6]}", f"ghost-{uuid.uuid4().hex[:6]}"
+        assert (sims.next_job(runner) or {}).get("job_id") == kept
+        assert ok(sims.report(kept, runner, "running"))["status"] == "running"
+        assert (sims.next_job(ghost) or {}).get("job_id") == left
+        assert sims.status(left)["status"] == "dispatched"
+
+        def requeued() -> dict[str, Any] | None:
+            job: dict[str, Any] = ok(api.http.get(f"/api/jobs/{left}"))
+            reasons = [t["reason"] for t in job["transitions"]]
+            return job if "dispatch_timeout" in reasons else None
+
+        job = wait_until(requeued, timeout=60, what="the expired claim back in the queue")
+        assert (job["attempts"], job["fail_history"], job["worker_id"]) == (0, [], None)
+        assert sims.status(left)["status"] == "queued"
+        assert sims.report(left, ghost, "running").status_code == 409
+        # The running job, claimed earlier, still runs: its claim was reported.
+        assert sims.status(kept)["status"] == "running"
+        assert ok(sims.report(kept, runner, "running"))["status"] == "running"
+    finally:
+        sims.close()
