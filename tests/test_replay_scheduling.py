@@ -29,30 +29,35 @@ committed (see git history).
   nobody took gave its lease back, asked again and completed; and a pool job with
   `requeue_stale_claims` whose first claim went stale (back to pending, uncounted). Both
   were granted at submit (GRANTED_AT_SUBMIT_PATCH's marker).
+- `-v8`: `JobSpec.stop_claimed` and `claim_expired`: a target job stopped while assigned
+  (assigned → stop_requested → stopped, its work gone); a pool job with
+  `requeue_stale_claims` whose first claim the bridge ended `claim_expired` (back to
+  pending, uncounted), then completed. Both granted at submit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
+from workflows.errors import ErrorType
 from workflows.gate_models import GateSettings
 from workflows.gate_workflow import GateWorkflow
-from workflows.job_states import DISPATCH_TIMEOUT
+from workflows.job_states import JobStatus
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
     GRANTED_AT_SUBMIT_PATCH,
@@ -65,7 +70,7 @@ from workflows.models import JobSpec
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v7"  # the set the recorder writes
+SUFFIX = "-v8"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -104,6 +109,10 @@ SETS = {
         "scheduled-dispatch-timeout-completed": ("JobWorkflow", "COMPLETED"),
         "scheduled-stale-claim-requeued-completed": ("JobWorkflow", "COMPLETED"),
     },
+    "-v8": {
+        "scheduled-target-stopped-while-assigned": ("JobWorkflow", "CANCELED"),
+        "scheduled-claim-expired-requeued-completed": ("JobWorkflow", "COMPLETED"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -113,6 +122,7 @@ PATCHES: dict[str, str | None] = {
     "-v5": STOP_WAITS_FOR_WORK_PATCH,
     "-v6": None,
     "-v7": GRANTED_AT_SUBMIT_PATCH,
+    "-v8": GRANTED_AT_SUBMIT_PATCH,
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -167,33 +177,29 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
     stand_in = harness.stand_in
     gates = Gates(client, harness.task_queue, GateSettings(capacity=1))
 
-    # A pool job nobody takes within its dispatch timeout, then taken once served.
-    queue = f"unserved-{uuid.uuid4().hex[:8]}"
-    untaken = await harness.submit(
-        spec=JobSpec(type="in-process", pool="p"),
-        gates=gates,
-        activity_task_queue=queue,
-        dispatch_timeout_ms=300,
+    # A target job stopped while assigned (stop_claimed): its worker ends the work.
+    gone = asyncio.Event()
+    stand_in.script[1] = stand_in.linger(gone, phases=("assigned",))
+    stopped = await harness.submit(
+        spec=JobSpec(type="in-process", target="t", stop_claimed=True), gates=gates
     )
-    await harness.wait_for(
-        untaken,
-        lambda j: any(t.reason == DISPATCH_TIMEOUT for t in j.transitions),
-        "a dispatch timeout",
-    )
-    async with Worker(client, task_queue=queue, activities=[stand_in.run_job]):
-        await untaken.result()
-    await save(client, untaken.id, f"scheduled-dispatch-timeout-completed{SUFFIX}")
+    await harness.wait_status(stopped, JobStatus.ASSIGNED)
+    await stopped.execute_update(JobWorkflow.stop)
+    await stopped.cancel()
+    await harness.wait_cancelled(1)
+    gone.set()
+    await save(client, stopped.id, f"scheduled-target-stopped-while-assigned{SUFFIX}")
 
-    # A pool job whose first claim goes stale: back to pending, then completed.
-    stand_in.script[1] = stand_in.fall_silent(phases=("assigned",))
-    stale = await harness.submit(
+    # A pool job whose first claim the bridge ends claim_expired: back to pending, then
+    # completed.
+    stand_in.script[1] = stand_in.fail(ErrorType.CLAIM_EXPIRED, "no report", phases=("assigned",))
+    expired = await harness.submit(
         spec=JobSpec(type="in-process", pool="p", requeue_stale_claims=True),
         gates=gates,
-        heartbeat_timeout_ms=500,
         dispatch_timeout_ms=30_000,
     )
-    await stale.result()
-    await save(client, stale.id, f"scheduled-stale-claim-requeued-completed{SUFFIX}")
+    await expired.result()
+    await save(client, expired.id, f"scheduled-claim-expired-requeued-completed{SUFFIX}")
 
 
 async def _cancelled(attempts: list[int]) -> bool:
