@@ -420,6 +420,31 @@ class Bridge:
             else JobStatus.PENDING
         )
 
+    def expire_claim_after(self, job: Job, limit_s: float) -> None:
+        """In `limit_s`, end the attempt `claim_expired` if its claimer has not reported
+        running by then (003's QUEUE_CLAIM_TTL). Held by this process only: if it
+        exits first, the heartbeat timeout ends such a claim instead."""
+        self._spawn(self._expire_claim(job.id, job.attempt, job.worker_id, limit_s))
+
+    async def _expire_claim(
+        self, job_id: str, attempt: int, worker_id: str | None, limit_s: float
+    ) -> None:
+        await asyncio.sleep(limit_s)
+        job = await self._jobs.get(job_id)
+        if not (
+            job.status == JobStatus.ASSIGNED
+            and job.attempt == attempt
+            and job.worker_id == worker_id
+        ):
+            return
+        with contextlib.suppress(RPCError):  # ended meanwhile: nothing to expire
+            await self._attempt_activity(job).fail(
+                ApplicationError(
+                    f"no running report within {limit_s:g} s of the claim",
+                    type=ErrorType.CLAIM_EXPIRED,
+                )
+            )
+
     async def _stopped(self, job: Job) -> None:
         """The agent's solver is gone after a stop: the attempt ends cancelled, and the
         job reads `stopped` (it stays `stop_requested` until then, holding its leases).

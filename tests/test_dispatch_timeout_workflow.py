@@ -364,3 +364,33 @@ def test_a_dispatch_timeout_needs_a_lease_to_give_back_and_stays_in_bounds() -> 
         with pytest.raises(ValidationError) as raised:
             JobSpec.model_validate({"type": "t", **fields})
         assert [e["loc"] for e in raised.value.errors()] == [("dispatch_timeout_ms",)]
+
+
+async def test_an_expired_claim_goes_back_to_the_queue_uncounted_as_a_stale_one_does(
+    harness: Harness,
+) -> None:
+    # The bridge ends a claim whose worker did not report running within its claim limit
+    # (`claim_expired`), long before the heartbeat timeout.
+    stand_in = harness.stand_in
+    stand_in.script[1] = stand_in.fail(ErrorType.CLAIM_EXPIRED, "no report", phases=("assigned",))
+    handle = await submit(
+        harness,
+        None,
+        dispatch_timeout_ms=None,
+        max_attempts=1,
+        requeue_stale_claims=True,
+    )
+    job = await ended(handle)
+    assert job.status == JobStatus.COMPLETED
+    assert (timeouts(job), job.attempts, job.fail_history) == (1, 1, [])
+
+
+async def test_an_expired_claim_of_a_job_that_returns_none_is_a_failed_attempt(
+    harness: Harness,
+) -> None:
+    stand_in = harness.stand_in
+    stand_in.script[1] = stand_in.fail(ErrorType.CLAIM_EXPIRED, "no report", phases=("assigned",))
+    handle = await submit(harness, None, dispatch_timeout_ms=None, max_attempts=2)
+    job = await ended(handle)
+    assert timeouts(job) == 0 and job.attempts == 2
+    assert [f.reason.split(":")[0] for f in job.fail_history] == [ErrorType.CLAIM_EXPIRED]

@@ -31,10 +31,15 @@ committed (see git history).
   were granted at submit (GRANTED_AT_SUBMIT_PATCH's marker).
 - `-v8`: a pool gate granting two groups by fair shares (FAIR_SHARES_PATCH, one marker
   per gate run), up to its continue-as-new.
+- `-v9`: `JobSpec.stop_claimed` and `claim_expired`: a target job stopped while assigned
+  (assigned → stop_requested → stopped, its work gone); a pool job with
+  `requeue_stale_claims` whose first claim the bridge ended `claim_expired` (back to
+  pending, uncounted), then completed. Both granted at submit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -51,7 +56,8 @@ from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows.gate_models import GateKind, GatePatch, GateSettings
+from workflows.errors import ErrorType
+from workflows.gate_models import GateSettings
 from workflows.gate_workflow import FAIR_SHARES_PATCH, GateWorkflow
 from workflows.job_states import JobStatus
 from workflows.job_workflow import (
@@ -62,12 +68,12 @@ from workflows.job_workflow import (
     STOP_WAITS_FOR_WORK_PATCH,
     JobWorkflow,
 )
-from workflows.models import JobSpec, WaitingFor
+from workflows.models import JobSpec
 from workflows.names import GRANT_SIGNAL
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v8"  # the set the recorder writes
+SUFFIX = "-v9"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -109,6 +115,10 @@ SETS = {
     "-v8": {
         "gate-pool-fair-shares-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
     },
+    "-v9": {
+        "scheduled-target-stopped-while-assigned": ("JobWorkflow", "CANCELED"),
+        "scheduled-claim-expired-requeued-completed": ("JobWorkflow", "COMPLETED"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -119,6 +129,7 @@ PATCHES: dict[str, str | None] = {
     "-v6": None,
     "-v7": GRANTED_AT_SUBMIT_PATCH,
     "-v8": FAIR_SHARES_PATCH,  # in the gate's history, not a job's
+    "-v9": GRANTED_AT_SUBMIT_PATCH,
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -170,31 +181,32 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
 
-    # A pool of capacity 1 that continues as new while it grants: light jobs queued
-    # first, then heavy ones (weight 3); then the pool opens.
-    gates = Gates(client, harness.task_queue, GateSettings(capacity=0, history_limit=150))
-    await gates.configure(GateKind.GROUP, "heavy", GatePatch(weight=3))
-    groups = ["light"] * 3 + ["heavy"] * 9
-    handles = []
-    for group in groups:
-        spec = JobSpec(type="in-process", group=group, pool="p")
-        handles.append(await harness.submit(spec=spec, gates=gates))
-    for handle in handles:
-        await harness.wait_for(
-            handle, lambda j: j.waiting_for == WaitingFor.POOL_CAPACITY, "asked the pool"
-        )
-    await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
-    for handle in handles:
-        await harness.wait_status(handle, JobStatus.COMPLETED)
-    gate_id = gates.ref(GateKind.POOL, "p").workflow_id
-    runs = [e async for e in client.list_workflows(f"WorkflowId = '{gate_id}'")]
-    continued = sorted(
-        (e for e in runs if e.status == WorkflowExecutionStatus.CONTINUED_AS_NEW),
-        key=lambda e: e.start_time,
+    stand_in = harness.stand_in
+    gates = Gates(client, harness.task_queue, GateSettings(capacity=1))
+
+    # A target job stopped while assigned (stop_claimed): its worker ends the work.
+    gone = asyncio.Event()
+    stand_in.script[1] = stand_in.linger(gone, phases=("assigned",))
+    stopped = await harness.submit(
+        spec=JobSpec(type="in-process", target="t", stop_claimed=True), gates=gates
     )
-    assert continued, "the gate did not continue as new"
-    name = f"gate-pool-fair-shares-continued-as-new{SUFFIX}"
-    await save(client, gate_id, name, continued[-1].run_id)
+    await harness.wait_status(stopped, JobStatus.ASSIGNED)
+    await stopped.execute_update(JobWorkflow.stop)
+    await stopped.cancel()
+    await harness.wait_cancelled(1)
+    gone.set()
+    await save(client, stopped.id, f"scheduled-target-stopped-while-assigned{SUFFIX}")
+
+    # A pool job whose first claim the bridge ends claim_expired: back to pending, then
+    # completed.
+    stand_in.script[1] = stand_in.fail(ErrorType.CLAIM_EXPIRED, "no report", phases=("assigned",))
+    expired = await harness.submit(
+        spec=JobSpec(type="in-process", pool="p", requeue_stale_claims=True),
+        gates=gates,
+        dispatch_timeout_ms=30_000,
+    )
+    await expired.result()
+    await save(client, expired.id, f"scheduled-claim-expired-requeued-completed{SUFFIX}")
 
 
 async def _cancelled(attempts: list[int]) -> bool:

@@ -239,3 +239,51 @@ async def test_a_job_whose_worker_dies_during_its_stop_ends_stopped(harness: Har
     job = await harness.job(handle)
     assert job.status == JobStatus.STOPPED
     assert job.fail_history[-1].reason == "heartbeat_timeout"
+
+
+# -- stop_claimed: an assigned job's worker may have started its work -----------------
+
+
+async def test_a_stop_claimed_job_stopped_while_assigned_stops_once_its_work_is_gone(
+    harness: Harness,
+) -> None:
+    gone = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.linger(gone, phases=("assigned",))
+    handle = await harness.submit(spec=JobSpec(type="in-process", stop_claimed=True))
+    await harness.wait_status(handle, JobStatus.ASSIGNED)
+    job = await handle.execute_update(JobWorkflow.stop)
+    assert job.status == JobStatus.STOP_REQUESTED and not job.cancelled
+    await handle.cancel()  # what the API sends after the update
+    await harness.wait_cancelled(1)
+    assert (await harness.job(handle)).status == JobStatus.STOP_REQUESTED
+    gone.set()
+    assert await harness.closed(handle) == WorkflowExecutionStatus.CANCELED
+    job = await harness.job(handle)
+    assert statuses(job)[-3:] == ["assigned", "stop_requested", "stopped"]
+    assert job.fail_reason == ErrorType.STOPPED
+
+
+async def test_a_stop_claimed_job_whose_worker_goes_silent_while_assigned_ends_stopped(
+    harness: Harness,
+) -> None:
+    harness.stand_in.default = harness.stand_in.fall_silent(("assigned",))
+    spec = JobSpec(type="in-process", stop_claimed=True, requeue_stale_claims=True)
+    handle = await harness.submit(spec=spec, heartbeat_timeout_ms=1000)
+    await harness.wait_status(handle, JobStatus.ASSIGNED)
+    await handle.execute_update(JobWorkflow.stop)
+    await handle.cancel()
+    # Not a stale claim back in the queue: a stop was asked, so its silence ends it.
+    assert await harness.closed(handle) == WorkflowExecutionStatus.CANCELED
+    job = await harness.job(handle)
+    assert job.status == JobStatus.STOPPED
+    assert "pending" not in statuses(job)[1:]
+
+
+async def test_an_assigned_job_without_stop_claimed_is_cancelled_by_a_stop(
+    harness: Harness,
+) -> None:
+    harness.stand_in.default = harness.stand_in.hold(asyncio.Event(), phases=("assigned",))
+    handle = await harness.submit()
+    await harness.wait_status(handle, JobStatus.ASSIGNED)
+    job = await handle.execute_update(JobWorkflow.stop)
+    assert job.cancelled and job.status == JobStatus.FAILED

@@ -59,6 +59,10 @@ class ErrorType(StrEnum):
     CONTAINER_REFUSED = "container_refused"
     # A required host took no attempt within require_host_wait_ms (job ends failed).
     HOST_UNAVAILABLE = "host_unavailable"
+    # A claim whose worker did not report running within its claim limit (003's
+    # QUEUE_CLAIM_TTL): the bridge ends the attempt so, and a job that returns stale
+    # claims (`requeue_stale_claims`) waits again, the claim uncounted.
+    CLAIM_EXPIRED = "claim_expired"
     # Not a failure: the reason on the transition of a job whose preferred host took
     # no attempt within preferred_host_wait_ms, so it went to the shared queue.
     PREFERRED_HOST_TIMEOUT = "preferred_host_timeout"

@@ -8,15 +8,20 @@ with the models they belong to.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from workflows.errors import JobforgeError
 
 # WorkerRecord's signal for a heartbeat with telemetry (REGISTER_SIGNAL and SEEN_SIGNAL
 # are in workflows/names.py); it also counts as seen.
 TELEMETRY_SIGNAL = "telemetry"
+
+# A heartbeat's other keys (HostInfo.extra), kept small: the record's memo holds them.
+EXTRA_KEYS_MAX = 32
+EXTRA_BYTES_MAX = 4096
 
 # Strict numbers, as in WorkerInfo: a JSON `"4"` or `true` is a mistake, not a count.
 Bytes = Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)]
@@ -44,6 +49,27 @@ class HostInfo(BaseModel):
     version: Annotated[str | None, Field(max_length=64)] = Field(
         default=None, description="The jobforge version the worker runs"
     )
+    # Left out of every dump while unset: the record's memo and /api/workers read as
+    # before it existed.
+    extra: dict[str, JsonValue] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Other keys, kept as sent: a 003 worker's own heartbeat info "
+        f"(at most {EXTRA_KEYS_MAX} keys, {EXTRA_BYTES_MAX} bytes as JSON)",
+    )
+
+    @field_validator("extra")
+    @classmethod
+    def _small(cls, value: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        if value is None:
+            return None
+        if len(value) > EXTRA_KEYS_MAX:
+            raise ValueError(f"at most {EXTRA_KEYS_MAX} keys")
+        if any(not 1 <= len(key) <= 64 for key in value):
+            raise ValueError("keys are 1 to 64 characters")
+        if len(json.dumps(value, separators=(",", ":"))) > EXTRA_BYTES_MAX:
+            raise ValueError(f"at most {EXTRA_BYTES_MAX} bytes as JSON")
+        return value
 
 
 class WorkerHeartbeat(BaseModel):

@@ -163,6 +163,7 @@ EDGES: tuple[Edge, ...] = (
     Edge(A, F, "the attempt failed, or the job was cancelled"),
     Edge(A, P, "re-queued, or its claim went stale", _only(DISPATCH_TIMEOUT, REQUEUED)),
     Edge(A, Q, "an operator quarantines it"),
+    Edge(A, SR, "a stop was asked of a claimed job its worker stops (stop_claimed)"),
     Edge(R, C, "the solver exited 0"),
     Edge(R, F, "the attempt failed, or an operator cancelled it"),
     Edge(R, SR, "a stop was asked"),

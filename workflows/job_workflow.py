@@ -148,6 +148,9 @@ class JobWorkflow:
         # deadline's or the host's, which end the wait otherwise).
         self._dispatch_limited = 0
         self._requeue_stale = inp.spec.requeue_stale_claims
+        # A stop of an assigned job asks its worker to stop it, as a running one's does
+        # (`JobSpec.stop_claimed`; False in every input from before: cancelled).
+        self._stop_claimed = inp.spec.stop_claimed
         self._stale_returned = 0
         # The scheduled path's state (docs/scheduling.md).
         self._attempts_base = 0
@@ -537,15 +540,18 @@ class JobWorkflow:
 
     def _stale_claim(self, attempt: int, err: ActivityError) -> bool:
         """The attempt was claimed, its worker never reported running and then went
-        silent past the heartbeat timeout, and the job returns such claims (within
-        STALE_CLAIMS_RETURNED)."""
+        silent past the heartbeat timeout (or past its claim limit: the bridge ended
+        the attempt `claim_expired`), and the job returns such claims (within
+        STALE_CLAIMS_RETURNED). No history before `claim_expired` holds one."""
         cause = err.cause
+        stale = (isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT) or (
+            isinstance(cause, ApplicationError) and cause.type == ErrorType.CLAIM_EXPIRED
+        )
         return (
             self._requeue_stale
             and self._claimed_attempt == attempt
             and self._job.status == JobStatus.ASSIGNED
-            and isinstance(cause, TimeoutError)
-            and cause.type == TimeoutType.HEARTBEAT
+            and stale
             and self._stale_returned < STALE_CLAIMS_RETURNED
         )
 
@@ -948,11 +954,14 @@ class JobWorkflow:
     def stop(self) -> Job:
         """Stop a job: a pending or assigned one is cancelled; a running one becomes
         `stop_requested`, and `stopped` once the API's workflow cancel request has
-        cancelled its attempt (the worker kills the solver: SIGTERM, then SIGKILL)."""
+        cancelled its attempt (the worker kills the solver: SIGTERM, then SIGKILL). A
+        job with `stop_claimed` treats an assigned job as a running one: its worker may
+        have started the work already."""
         job = self._job
-        if job.status in CANCELLABLE and not self._cancelled:
+        claimed_stop = self._stop_claimed and job.status == JobStatus.ASSIGNED
+        if job.status in CANCELLABLE and not self._cancelled and not claimed_stop:
             return self._cancel_now()
-        if job.status == JobStatus.RUNNING:
+        if job.status == JobStatus.RUNNING or claimed_stop:
             self._stopping = True
             self._transition(JobStatus.STOP_REQUESTED)
             self._publish()

@@ -202,6 +202,15 @@ class JobSpec(BaseModel):
             "timeout goes back to the queue, no attempt counted (003's dispatched -> queued)",
         ),
     ] = False
+    stop_claimed: Annotated[
+        bool,
+        Field(
+            strict=True,
+            description="A stop of an assigned job (claimed, not yet running) asks its "
+            "worker to stop it (stop_requested, then stopped when the work is gone) "
+            "instead of cancelling it (003's dispatched, 004's RUNNING)",
+        ),
+    ] = False
     admission: Annotated[
         Literal["queue", "reject"],
         Field(description="reject: 201 if the pool takes the job now, else 429 (nothing made)"),
@@ -456,6 +465,7 @@ class Job(BaseModel):
     heartbeat_timeout_ms: int | None = None
     dispatch_timeout_ms: int | None = None
     requeue_stale_claims: bool = False
+    stop_claimed: bool = False
     progress: Progress | None = Field(
         default=None, description="The running attempt's last progress (live, not stored)"
     )

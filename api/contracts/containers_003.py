@@ -10,8 +10,10 @@ workers, which poll for a job, report its status, and are told to stop through i
 - The design's shared files are read from `VM_SHARED_DATA` when it is set: the log the
   worker writes, the progress and result the container writes.
 - Stale: a job whose worker sends no status update for `JOB_STATUS_TTL` (default the
-  core's heartbeat timeout) is stale. A dispatched one goes back to the queue, its claim
-  not counted (`requeue_stale_claims`); a running one fails: its only attempt timed out.
+  core's heartbeat timeout; at most HOST_HEARTBEAT_TTL + WORKER_STALE_GRACE_SECONDS) is
+  stale. A dispatched one goes back to the queue, its claim not counted
+  (`requeue_stale_claims`), and so does one not reported running within
+  QUEUE_CLAIM_TTL; a running one fails: its only attempt timed out.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -45,6 +48,7 @@ from api.deps import BridgeDep, ConfigDep, JobsDep, Services, WorkersDep
 from api.job_service import LIST_LIMIT_MAX, JobService, job_id_for_key
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
+from api.worker_directory import WorkerView
 from engine import log_store
 from workflows.contract_states import state_name
 from workflows.errors import HostNotAvailable, InvalidField, JobConflict, JobNotFound
@@ -74,6 +78,8 @@ OPS_FROM = {
     "cancel": ("queued",),
 }
 WorkerId = Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
+# The longest heartbeat timeout a job may have (JobSpec.heartbeat_timeout_ms).
+STALE_LIMIT_MAX_S = 3600
 
 
 class NextJobIn(BaseModel):
@@ -113,7 +119,7 @@ class AgentHeartbeatIn(BaseModel):
 
 class HeartbeatAnswer(BaseModel):
     worker_id: str
-    ignored: list[str] = Field(description="info keys jobforge does not keep")
+    kept: list[str] = Field(description="The info keys kept (all of them), shown by /hosts")
 
 
 class Host(BaseModel):
@@ -124,7 +130,10 @@ class Host(BaseModel):
     online: bool
     last_heartbeat: float | None = Field(description="Epoch seconds")
     active_jobs: int
-    info: HostInfo | None
+    info: dict[str, JsonValue] | None = Field(
+        description="The latest heartbeat's info: jobforge's host telemetry and the "
+        "worker's own keys"
+    )
 
 
 class OpsIn(BaseModel):
@@ -174,13 +183,41 @@ async def simulation(jobs: JobService, job_id: str) -> Job:
     return await jobs.live(job)
 
 
+def seen_within(worker: WorkerView, now_s: float, limit_s: float) -> bool:
+    """Whether the worker was heard from within `limit_s` of `now_s`."""
+    last = worker.last_heartbeat
+    return last is not None and now_s - last / 1000 <= limit_s
+
+
+def host_info(info: HostInfo | None) -> dict[str, JsonValue] | None:
+    """A heartbeat's info as sent: jobforge's telemetry keys and the worker's own."""
+    if info is None:
+        return None
+    shown: dict[str, JsonValue] = info.model_dump(mode="json", exclude={"extra"})
+    return {**shown, **(info.extra or {})}
+
+
+def stale_limit_ms(settings: ContractSettings) -> int | None:
+    """How long a simulation may go without a status update (its heartbeat timeout):
+    JOB_STATUS_TTL, and no longer than HOST_HEARTBEAT_TTL + WORKER_STALE_GRACE_SECONDS
+    (a worker offline that long loses its jobs; it reports on them through job-status
+    only). None: the core's heartbeat timeout."""
+    limits = []
+    if settings.job_status_ttl is not None:
+        limits.append(settings.job_status_ttl)
+    if settings.host_heartbeat_ttl is not None:
+        limits.append(settings.host_heartbeat_ttl + (settings.worker_stale_grace_seconds or 0))
+    return round(min(*limits, STALE_LIMIT_MAX_S) * 1000) if limits else None
+
+
 def router(
     settings: ContractSettings, metrics: Metrics, _services: Callable[[], Services]
 ) -> APIRouter:
     """003's routes (docs/contracts.md)."""
     routes = APIRouter(tags=["003: container job system"])
     shared = Path(settings.shared_data) if settings.shared_data else None
-    ttl_ms = round(settings.job_status_ttl * 1000) if settings.job_status_ttl else None
+    ttl_ms = stale_limit_ms(settings)
+    online_s = settings.host_heartbeat_ttl
 
     def job_dir(job_id: str) -> Path | None:
         return None if shared is None else shared / "jobs" / job_id
@@ -239,15 +276,17 @@ def router(
 
     @routes.get("/hosts", response_model=list[Host])
     async def hosts(workers: WorkersDep) -> list[Host]:
-        """The workers' health: online, last heartbeat, jobs held, telemetry."""
+        """The workers' health: online (heard from within HOST_HEARTBEAT_TTL, default
+        the core's heartbeat timeout), last heartbeat, jobs held, telemetry."""
+        now = time.time()
         return [
             Host(
                 worker_id=w.worker_id,
                 host=w.host,
-                online=w.alive,
+                online=w.alive if online_s is None else seen_within(w, now, online_s),
                 last_heartbeat=w.last_heartbeat / 1000 if w.last_heartbeat else None,
                 active_jobs=w.active_jobs,
-                info=w.info,
+                info=host_info(w.info),
             )
             for w in await workers.list()
         ]
@@ -385,6 +424,8 @@ def router(
         if claimed is None:
             return Response(status_code=status.HTTP_204_NO_CONTENT)
         metrics.claims.inc()
+        if settings.queue_claim_ttl is not None:
+            bridge.expire_claim_after(claimed, settings.queue_claim_ttl)
         return Payload.of(claimed)
 
     @routes.post(
@@ -436,25 +477,26 @@ def router(
     async def agent_heartbeat(
         body: AgentHeartbeatIn, workers: WorkersDep, config: ConfigDep
     ) -> HeartbeatAnswer:
-        """The worker is alive; `info` keys jobforge's host telemetry knows are kept
-        (shown by `/hosts`). A worker heard of the first time is registered."""
+        """The worker is alive; its `info` is kept and shown by `/hosts`: the keys of
+        jobforge's host telemetry checked, the design's own as sent. A worker heard of
+        the first time is registered."""
         if not config.api.hosts.allows_worker(body.worker_id, None):
             raise HostNotAvailable(body.worker_id, None)
-        known = {k: v for k, v in body.info.items() if k in HostInfo.model_fields}
+        own = set(HostInfo.model_fields) - {"extra"}
+        known: dict[str, JsonValue] = {k: v for k, v in body.info.items() if k in own}
+        others = {k: v for k, v in body.info.items() if k not in own}
         try:
-            info = HostInfo.model_validate(known)
+            info = HostInfo.model_validate({**known, "extra": others or None})
         except ValidationError as err:
             first = err.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise InvalidField(f"info.{where}", first["msg"]) from None
+            where = ".".join(str(part) for part in first["loc"] if part != "extra")
+            raise InvalidField(f"info.{where}" if where else "info", first["msg"]) from None
         try:
             await workers.heartbeat(body.worker_id, info)
         except WorkerNotFound:
             await workers.register(WorkerInfo(worker_id=body.worker_id, tags=[f"c{DESIGN}"]))
             await workers.heartbeat(body.worker_id, info)
-        return HeartbeatAnswer(
-            worker_id=body.worker_id, ignored=sorted(set(body.info) - set(known))
-        )
+        return HeartbeatAnswer(worker_id=body.worker_id, kept=sorted(body.info))
 
     # -- ops --------------------------------------------------------------------------------
 

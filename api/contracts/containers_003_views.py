@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from workflows.contract_states import state_name
 from workflows.errors import Failure, InvalidField
 from workflows.job_states import ENDED, HELD, STOP_ASKED, JobStatus
-from workflows.models import HOST_PATTERN, Job, JobSpec
+from workflows.models import HOST_PATTERN, HOST_WAIT_MS_LIMIT, REQUIRE_HOST_WAIT_MS, Job, JobSpec
 
 DESIGN = "003"
 JOB_TYPE = "simulation"
@@ -59,6 +59,13 @@ class SimulationIn(BaseModel):
     job_name: Annotated[str | None, Field(min_length=1, max_length=200)] = None
     preferred_host: Annotated[str | None, Field(pattern=HOST_PATTERN)] = None
     require_host: bool = Field(default=False, description="Only `preferred_host` may run it")
+    require_host_wait_s: Annotated[
+        float | None, Field(ge=0.1, le=HOST_WAIT_MS_LIMIT / 1000, allow_inf_nan=False)
+    ] = Field(
+        default=None,
+        description="With require_host: how long the job waits for its host before it "
+        f"ends canceled (host_unavailable). Default {REQUIRE_HOST_WAIT_MS // 1000} s (added)",
+    )
 
     def spec(self, job_id: str, heartbeat_timeout_ms: int | None) -> JobSpec:
         """The jobforge job this simulation is; a 422 names the design's field."""
@@ -67,12 +74,16 @@ class SimulationIn(BaseModel):
             raise InvalidField("config_path", f"must be relative to {DATA_MOUNT}, without '..'")
         if self.require_host and self.preferred_host is None:
             raise InvalidField("require_host", "needs preferred_host, the host to require")
+        if self.require_host_wait_s is not None and not self.require_host:
+            raise InvalidField("require_host_wait_s", "needs require_host: true")
         body: dict[str, Any] = {
             "type": JOB_TYPE,
             "params": {"config_path": self.config_path, "job_name": self.job_name or path.stem},
             "max_attempts": 1,
             # dispatched -> queued when stale: a claim whose worker never reports running
             "requeue_stale_claims": True,
+            # dispatched -> stop_requested: the worker may have started its container
+            "stop_claimed": True,
             "container": {
                 "image": self.image,
                 "command": self._command(job_id),
@@ -86,6 +97,8 @@ class SimulationIn(BaseModel):
         }
         if self.preferred_host is not None:
             body["require_host" if self.require_host else "preferred_host"] = self.preferred_host
+        if self.require_host_wait_s is not None:
+            body["require_host_wait_ms"] = round(self.require_host_wait_s * 1000)
         if heartbeat_timeout_ms is not None:
             body["heartbeat_timeout_ms"] = heartbeat_timeout_ms
         try:
@@ -124,6 +137,8 @@ def design_field(loc: tuple[int | str, ...] | str) -> str:
         tail = {"source": "host", "target": "container", "read_only": "mode"}
         rest = [tail.get(p, p) for p in parts[2:]]
         return ".".join([f"volumes[{parts[1]}]", *rest])
+    if parts[0] == "require_host_wait_ms":
+        return "require_host_wait_s"
     if parts[0] in ("require_host", "preferred_host"):
         return "preferred_host"
     return parts[0]

@@ -49,6 +49,16 @@ class ContractSettings(BaseSettings):
     job_status_ttl: float | None = Field(
         default=None, ge=1, le=3600, validation_alias="JOB_STATUS_TTL"
     )
+    # 003's other staleness settings (docs/contracts.md maps each onto jobforge's).
+    queue_claim_ttl: float | None = Field(
+        default=None, ge=1, le=3600, validation_alias="QUEUE_CLAIM_TTL"
+    )
+    host_heartbeat_ttl: float | None = Field(
+        default=None, ge=1, le=3600, validation_alias="HOST_HEARTBEAT_TTL"
+    )
+    worker_stale_grace_seconds: float | None = Field(
+        default=None, ge=0, le=3600, validation_alias="WORKER_STALE_GRACE_SECONDS"
+    )
 
     @field_validator("contracts")
     @classmethod

@@ -3,7 +3,8 @@
 Each target is jobforge's serial target `<tenant>/<target_id>` (docs/scheduling.md):
 one job at a time, in order; a job that ends stopped or quarantined halts it. So:
 
-- cancel of a running job is the core's stop: the job ends `stopped`, shown PAUSED
+- cancel of a running job (or an assigned one, which 004 shows RUNNING: its jobs are
+  made with `stop_claimed`) is the core's stop: the job ends `stopped`, shown PAUSED
   with "Job was interrupted by user", and the target halts; of a queued one, a cancel
   (CANCELED);
 - a job whose lease (heartbeat) expires fails its only attempt (a target job's
@@ -141,7 +142,11 @@ def router(
             raise InvalidField("target", f"is set by the path ({key})")
         if spec.max_attempts != 1 and "max_attempts" in spec.model_fields_set:
             raise InvalidField("max_attempts", "a 004 job runs once (resume runs it again)")
-        job = await jobs.submit(spec.model_copy(update={"target": key, "max_attempts": 1}))
+        # A cancel while the job is assigned (shown RUNNING) interrupts it as while it
+        # runs: stop_requested until its worker ends it, then PAUSED.
+        job = await jobs.submit(
+            spec.model_copy(update={"target": key, "max_attempts": 1, "stop_claimed": True})
+        )
         return TargetJob.of(job)
 
     @routes.get("/targets/{target_id}/jobs", response_model=list[TargetJob])
@@ -175,8 +180,8 @@ def router(
     async def cancel_job(
         target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep
     ) -> TargetJob:
-        """Cancel a queued job (CANCELED), or interrupt a running one (PAUSED; the
-        target halts until the job is resumed)."""
+        """Cancel a queued job (CANCELED), or interrupt a RUNNING one, assigned or
+        running (PAUSED; the target halts until the job is resumed)."""
         await _job_of(jobs, f"{tenant}/{target_id}", job_id)
         return TargetJob.of(await jobs.stop(job_id))
 

@@ -8,6 +8,7 @@ job whose worker goes silent goes stale and fails; ops override with `force`."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -352,7 +353,9 @@ def test_run_simulation_maps_the_designs_body_and_names_its_fields_when_refused(
     assert payload is not None and payload["job_id"] == job_id
     assert payload["config_path"] == "configs/demo.yaml" and payload["require_host"] is True
     assert hub.http.delete(f"/job/{job_id}").status_code == 409  # not ended
-    assert ok(hub.http.post(f"/stop/{job_id}"))["status"] == "canceled"  # dispatched, not started
+    assert ok(hub.http.post(f"/stop/{job_id}"))["status"] == "stop_requested"  # dispatched
+    ok(sims.report(job_id, host, "stopped"))
+    sims.wait(job_id, "stopped")
     assert ok(hub.http.delete(f"/job/{job_id}"))["artefacts_removed"] is True
 
     bad = {
@@ -385,13 +388,9 @@ def test_run_simulation_maps_the_designs_body_and_names_its_fields_when_refused(
 
 def test_the_agent_heartbeat_keeps_its_known_telemetry_and_hosts_show_it(hub: Api) -> None:
     worker = f"hb-{uuid.uuid4().hex[:6]}"
-    beat = ok(
-        hub.http.post(
-            "/api/agent/heartbeat",
-            json={"worker_id": worker, "info": {"load": 0.5, "cpu_percent": 12.5}},
-        )
-    )
-    assert beat == {"worker_id": worker, "ignored": ["load"]}
+    info = {"load": 0.5, "cpu_percent": 12.5, "gpu": {"util": 0.3}, "active_jobs": 1}
+    beat = ok(hub.http.post("/api/agent/heartbeat", json={"worker_id": worker, "info": info}))
+    assert beat == {"worker_id": worker, "kept": sorted(info)}
     # The snapshot is read from visibility: the new worker, then its telemetry, shows
     # within moments (its registration and its first beat are two updates).
     shown: dict[str, Any] = wait_until(
@@ -403,8 +402,174 @@ def test_the_agent_heartbeat_keeps_its_known_telemetry_and_hosts_show_it(hub: Ap
         what=f"{worker} in /hosts",
     )
     assert shown["online"] is True and shown["info"]["cpu_percent"] == 12.5
+    # The design's own keys are kept as sent, next to jobforge's.
+    assert {k: shown["info"][k] for k in ("load", "gpu", "active_jobs")} == {
+        "load": 0.5,
+        "gpu": {"util": 0.3},
+        "active_jobs": 1,
+    }
     assert abs(shown["last_heartbeat"] - time.time()) < 60
     wrong = hub.http.post(
         "/api/agent/heartbeat", json={"worker_id": worker, "info": {"cpu_percent": "high"}}
     )
     assert wrong.status_code == 422 and wrong.json()["error"].startswith("info.cpu_percent")
+    huge = hub.http.post(
+        "/api/agent/heartbeat", json={"worker_id": worker, "info": {"blob": "x" * 5000}}
+    )
+    assert huge.status_code == 422 and huge.json()["error"].startswith("info"), huge.text
+
+
+def test_a_stop_of_a_dispatched_job_is_seen_by_its_worker_which_ends_it_stopped(
+    sims: Sims, hub: Api
+) -> None:
+    # The worker took the job and may have started its container; it has not reported
+    # running yet. The stop is not a cancel: the worker must hear of it.
+    job_id = sims.run()["job_id"]
+    taker = f"w-{uuid.uuid4().hex[:6]}"
+    assert (sims.next_job(taker) or {}).get("job_id") == job_id
+    assert sims.status(job_id)["status"] == "dispatched"
+    asked = ok(hub.http.post(f"/stop/{job_id}"))
+    assert (asked["status"], asked["stop_requested"]) == ("stop_requested", True)
+    # Its running update is refused from the stop on; its status says why.
+    assert sims.report(job_id, taker, "running").status_code == 409
+    seen = sims.status(job_id)
+    assert (seen["status"], seen["stop_requested"], seen["worker_id"]) == (
+        "stop_requested",
+        True,
+        taker,
+    )
+    assert ok(sims.report(job_id, taker, "stopped"))["status"] == "stopped"
+    ended = sims.wait(job_id, "stopped")
+    assert ended["stop_requested"] is True
+    job = ok(hub.http.get(f"/api/jobs/{job_id}"))
+    assert [t["status"] for t in job["transitions"]][-3:] == [
+        "assigned",
+        "stop_requested",
+        "stopped",
+    ]
+
+
+def test_a_dispatched_job_stopped_before_its_worker_reports_has_its_container_killed(
+    sims: Sims, hub: Api, shared: Path, runtime: Runtime
+) -> None:
+    # The design's own worker, slowed down between starting its container and its first
+    # running report: the stop lands while the job is dispatched.
+    name = f"c003-{uuid.uuid4().hex[:8]}"
+    job_id = sims.run(
+        command="/bin/sh -c 'echo started; while true; do sleep 0.2; done'", container_name=name
+    )["job_id"]
+    gate = threading.Event()
+    slow = DesignWorker(
+        hub.url, SECRET, f"slow-{uuid.uuid4().hex[:6]}", shared, runtime, first_report_gate=gate
+    )
+    slow.start()
+    try:
+        wait_until(
+            lambda: name in runtime.run("ps", "--format", "{{.Names}}").stdout.split(),
+            timeout=60,
+            what="the container to start",
+        )
+        assert sims.status(job_id)["status"] == "dispatched"
+        assert ok(hub.http.post(f"/stop/{job_id}"))["status"] == "stop_requested"
+        gate.set()
+        wait_until(
+            lambda: ("stopped", 200) in slow.reported(job_id), timeout=60, what="stopped reported"
+        )
+        assert slow.stops_seen == [job_id]
+        assert sims.wait(job_id, "stopped")["status"] == "stopped"
+        left = runtime.run("ps", "-a", "--filter", f"name={name}", "--format", "{{.Names}}")
+        assert left.stdout.split() == []
+    finally:
+        gate.set()
+        slow.close()
+    assert slow.error is None, slow.error
+
+
+def test_the_required_hosts_wait_is_set_through_003(sims: Sims, hub: Api) -> None:
+    host = f"gone-{uuid.uuid4().hex[:6]}"
+    job = sims.run(preferred_host=host, require_host=True, require_host_wait_s=1)
+    ended = sims.wait(job["job_id"], "canceled", timeout=30)
+    assert ended["error"] == "host_unavailable"
+    pinned = ok(
+        hub.http.get(f"/api/jobs/{sims.run(preferred_host=host, require_host=True)['job_id']}")
+    )
+    assert pinned["require_host_wait_ms"] == 3_600_000  # the default, one hour
+    base = {"image": IMAGE, "config_path": "configs/demo.yaml"}
+    for body in (
+        {"require_host_wait_s": 5},
+        {"preferred_host": host, "require_host": True, "require_host_wait_s": 0},
+    ):
+        refused = hub.http.post("/run-simulation", json={**base, **body})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"].startswith("require_host_wait_s"), refused.text
+
+
+def test_the_designs_staleness_settings_map_onto_jobforges(
+    start_api: Callable[..., Api], shared: Path
+) -> None:
+    # A worker offline HOST_HEARTBEAT_TTL + WORKER_STALE_GRACE_SECONDS loses its jobs:
+    # a simulation's stale limit is at most that, though JOB_STATUS_TTL is longer.
+    api = start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"c003s-{uuid.uuid4().hex[:8]}-",
+        CONTAINER_VOLUME_PREFIXES=str(shared),
+        JOB_STATUS_TTL="60",
+        HOST_HEARTBEAT_TTL="2",
+        WORKER_STALE_GRACE_SECONDS="1.5",
+        QUEUE_CLAIM_TTL="30",
+    )
+    sims = Sims(api, shared)
+    try:
+        job_id = sims.run()["job_id"]
+        assert ok(api.http.get(f"/api/jobs/{job_id}"))["heartbeat_timeout_ms"] == 3500
+        # /hosts: online while heard from within HOST_HEARTBEAT_TTL, then offline.
+        worker = f"hb-{uuid.uuid4().hex[:6]}"
+        ok(api.http.post("/api/agent/heartbeat", json={"worker_id": worker, "info": {}}))
+
+        def shown() -> dict[str, Any] | None:
+            rows = ok(api.http.get("/hosts"))
+            return next((h for h in rows if h["worker_id"] == worker), None)
+
+        assert wait_until(shown, timeout=30, what=f"{worker} in /hosts")["online"] is True
+        wait_until(
+            lambda: (h := shown()) is not None and h["online"] is False,
+            timeout=30,
+            what=f"{worker} offline after HOST_HEARTBEAT_TTL",
+        )
+    finally:
+        sims.close()
+
+
+def test_a_claim_not_reported_running_within_queue_claim_ttl_goes_back_to_the_queue(
+    start_api: Callable[..., Api], shared: Path
+) -> None:
+    # QUEUE_CLAIM_TTL (2 s) is far shorter than JOB_STATUS_TTL (300 s): a dispatched job
+    # goes back to the queue at the first; a running one is kept.
+    api = start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"c003c-{uuid.uuid4().hex[:8]}-",
+        CONTAINER_VOLUME_PREFIXES=str(shared),
+        JOB_STATUS_TTL="300",
+        QUEUE_CLAIM_TTL="2",
+    )
+    sims = Sims(api, shared)
+    try:
+        kept, left = sims.run()["job_id"], sims.run()["job_id"]
+        runner, ghost = f"w-{uuid.uuid4().hex[:6]}", f"ghost-{uuid.uuid4().hex[:6]}"
+        assert (sims.next_job(runner) or {}).get("job_id") == kept
+        assert ok(sims.report(kept, runner, "running"))["status"] == "running"
+        assert (sims.next_job(ghost) or {}).get("job_id") == left
+        assert sims.status(left)["status"] == "dispatched"
+
+        def requeued() -> dict[str, Any] | None:
+            job: dict[str, Any] = ok(api.http.get(f"/api/jobs/{left}"))
+            reasons = [t["reason"] for t in job["transitions"]]
+            return job if "dispatch_timeout" in reasons else None
+
+        job = wait_until(requeued, timeout=60, what="the expired claim back in the queue")
+        assert (job["attempts"], job["fail_history"], job["worker_id"]) == (0, [], None)
+        assert sims.status(left)["status"] == "queued"
+        assert sims.report(left, ghost, "running").status_code == 409
+        # The running job, claimed earlier, still runs: its claim was reported.
+        assert sims.status(kept)["status"] == "running"
+        assert ok(sims.report(kept, runner, "running"))["status"] == "running"
+    finally:
+        sims.close()

@@ -176,3 +176,32 @@ def test_a_queued_job_is_canceled_and_the_tenant_is_required_and_scopes_jobs(
         target.base, json={"type": target.job_type, "target": "x/y"}, headers=target.headers
     )
     assert clash.status_code == 422 and "target" in clash.text
+
+
+def test_a_cancel_while_assigned_pauses_the_job_and_halts_the_target_as_while_running(
+    target: Target,
+) -> None:
+    first = target.create(params={"n": 1})
+    second = target.create(params={"n": 2})
+    claimed = target.claim("w-1")
+    assert claimed is not None and claimed["id"] == first["id"]
+    # Claimed, no heartbeat yet: assigned, which 004 shows RUNNING.
+    assigned = ok(target.hub.http.get(f"/api/jobs/{first['id']}"))
+    assert assigned["status"] == "assigned"
+    assert target.job(first["id"])["status"] == "RUNNING"
+
+    answer = ok(target.post(first["id"], "cancel"))
+    assert (answer["status"], answer["cancel_requested"]) == ("RUNNING", True)
+    # Its owner sees the cancel at its first heartbeat and says it stopped.
+    seen = target.beat(first["id"], "w-1")
+    assert seen.status_code == 409 and seen.json()["stop"] is True, seen.text
+    reported = target.hub.http.post(
+        f"/api/jobs/{first['id']}/fail", json={"worker_id": "w-1", "reason": "stopped"}
+    )
+    assert reported.status_code == 200, reported.text
+    paused = target.wait_status(first["id"], "PAUSED")
+    assert paused["message"] == "Job was interrupted by user"
+    assert target.claim("w-2", wait=2) is None
+    assert target.job(second["id"])["status"] == "QUEUED"
+    halted = ok(target.hub.http.get(f"/api/targets/{target.tenant}/site-1"))
+    assert (halted["halted"], halted["halted_by"]) == (True, first["id"])

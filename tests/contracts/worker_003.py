@@ -32,6 +32,9 @@ class DesignWorker:
     runtime: Runtime
     status_every_s: float = 0.5
     idle_s: float = 0.2
+    # When set, the first `running` report waits for it after the container started (a
+    # slow worker: a stop may land while the job is still dispatched).
+    first_report_gate: threading.Event | None = None
     # (job id, status reported, HTTP status of the report), in order.
     reports: list[tuple[str, str, int]] = field(default_factory=list)
     stops_seen: list[str] = field(default_factory=list)
@@ -102,6 +105,8 @@ class DesignWorker:
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, **self.runtime.env},
         )
+        if self.first_report_gate is not None:
+            await asyncio.to_thread(self.first_report_gate.wait, 60)
         await self._report(http, job_id, "running", container_id=name, container_name=name)
         assert process.stdout is not None
         copy = asyncio.create_task(self._copy(process.stdout, home / "logs" / f"{job_id}.log"))
