@@ -225,7 +225,7 @@ class JobService:
             id=job_id,
             spec=spec,
             created_at=created,
-            priority_key=priority_key(spec.priority, self._settings.thresholds),
+            priority_key=priority_key(spec.priority, self._settings.priority_levels),
             activity_task_queue=queues[0],
             preferred_task_queue=queues[1],
             heartbeat_timeout_ms=spec.heartbeat_timeout_ms
@@ -400,7 +400,7 @@ class JobService:
                 query,
                 offset=start,
                 limit=limit,
-                thresholds=self._settings.thresholds,
+                thresholds=self._settings.priority_buckets,
                 # Open jobs only: the live backlog, read through its own index.
                 backlog=bool(chosen) and chosen <= OPEN,
                 cutoffs=self._cutoffs,

@@ -12,11 +12,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from engine.hosts import HostSettings
 from workflows.container_models import split_list
 from workflows.gate_models import GateSettings
-from workflows.models import COST_UNITS_LIMIT
-
-# Descending lower bounds: priority >= 10 → key 1, >= 1 → 2, >= 0 → 3 (the default),
-# >= -9 → 4, below → 5.
-DEFAULT_PRIORITY_THRESHOLDS = "10,1,0,-9"
+from workflows.models import (
+    COST_UNITS_LIMIT,
+    PRIORITY_LEVELS,
+    PRIORITY_LEVELS_MAX,
+    priority_range,
+)
 
 
 class ApiSettings(BaseSettings):
@@ -30,8 +31,13 @@ class ApiSettings(BaseSettings):
     heartbeat_timeout_s: float = Field(
         default=60.0, gt=0, validation_alias="JOB_HEARTBEAT_TIMEOUT_S"
     )
-    priority_thresholds: str = Field(
-        default=DEFAULT_PRIORITY_THRESHOLDS, validation_alias="JOB_PRIORITY_THRESHOLDS"
+    # The task queues' `matching.priorityLevels`: each priority in priority_range(levels)
+    # gets a Temporal priority key of its own (docs/api.md, "Priority").
+    priority_levels: int = Field(
+        default=PRIORITY_LEVELS,
+        ge=1,
+        le=PRIORITY_LEVELS_MAX,
+        validation_alias="JOB_PRIORITY_LEVELS",
     )
     # Counts and the oldest pending age (dashboard chips, /metrics) are reused this long:
     # N scrapers within it cost one set of visibility calls. 0: no cache.
@@ -90,14 +96,6 @@ class ApiSettings(BaseSettings):
     def _lists(cls, value: object) -> object:
         return split_list(value)
 
-    @field_validator("priority_thresholds")
-    @classmethod
-    def _descending(cls, value: str) -> str:
-        bounds = [int(part) for part in value.split(",") if part.strip()]
-        if not bounds or bounds != sorted(bounds, reverse=True) or len(set(bounds)) != len(bounds):
-            raise ValueError("JOB_PRIORITY_THRESHOLDS must be distinct integers, descending")
-        return value
-
     def gate_defaults(self) -> GateSettings:
         """The settings a new group, pool or target starts with."""
         return GateSettings(
@@ -108,9 +106,12 @@ class ApiSettings(BaseSettings):
         )
 
     @property
-    def thresholds(self) -> tuple[int, ...]:
-        """Priority thresholds as integers, descending."""
-        return tuple(int(part) for part in self.priority_thresholds.split(",") if part.strip())
+    def priority_buckets(self) -> tuple[int, ...]:
+        """Descending lower bounds that first split the priority order's counts
+        (api/visibility.py): above the range of priority keys, 1 and up, 0, and within
+        the range below 0."""
+        low, high = priority_range(self.priority_levels)
+        return (high + 1, 1, 0, low)
 
     def with_secret(self) -> ApiSettings:
         """A copy that has a secret, generating one if none was set."""

@@ -1,0 +1,224 @@
+"""Exact priority on a Temporal task queue: dispatch order, and what more levels cost.
+
+Run it from the repository root with the project's interpreter:
+
+    .venv/bin/python -m bench.priority --tasks 1000
+
+Each configuration gets its own headless dev server (jobforge's dynamic config, plus
+`matching.priorityLevels` and standalone activities) and the same work: `--tasks`
+no-op activities on one task queue, their priorities drawn (seeded) from -29..29, each
+started with the client while no worker polls, one after the other (arrival order is
+the start order). Then one worker with one slot drains the backlog, and the order it
+ran them in is compared with the exact order, priority descending, then arrival.
+
+- `bands`: `matching.priorityLevels=5`, priorities folded into 5 keys by the former
+  thresholds (>= 10, >= 1, 0, >= -9, below).
+- `exact`: the shipped `matching.priorityLevels` (59) and `priority_key`: one key per
+  priority, so 59 backlogs in use.
+- `exact-5`: 59 levels, but the `bands` keys: what the setting alone costs.
+
+Standalone activities isolate the matching service: no workflow task per job, so the
+server's CPU is mostly starting, queueing and dispatching tasks. Per configuration it
+prints: start call p50/p99 and server CPU per task while the backlog builds; drain
+tasks/s and server CPU per task; pairs served out of the exact order; server CPU over
+`--idle` seconds afterwards (each key keeps its own backlog reader). `--rounds` repeats
+the configurations in turn, on fresh servers; compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.common import Priority
+from temporalio.worker import Worker
+
+from bench.harness import (
+    CpuMeter,
+    code_version,
+    connect_when_healthy,
+    exit_now,
+    machine,
+    parse,
+    percentile,
+)
+from worker.devserver import DevServer, free_port
+from workflows.models import PRIORITY_LEVELS, priority_key, priority_range
+
+QUEUE = "bench-priority"
+BANDS = (10, 1, 0, -9)  # the former default thresholds: key 1 for >= 10, … 5 below -9
+
+
+def band_key(priority: int) -> int:
+    """The key the former 5-band mapping gave `priority`."""
+    return next((i + 1 for i, bound in enumerate(BANDS) if priority >= bound), len(BANDS) + 1)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One server setting and the priority → key mapping used on it."""
+
+    name: str
+    levels: int
+    key: Callable[[int], int]
+
+
+CONFIGS = (
+    Config("bands", 5, band_key),
+    Config("exact", PRIORITY_LEVELS, lambda p: priority_key(p, PRIORITY_LEVELS)),
+    Config("exact-5", PRIORITY_LEVELS, band_key),
+)
+
+
+class Recorder:
+    """A no-op activity that records the order the tasks ran in."""
+
+    def __init__(self, expected: int) -> None:
+        self.ran: list[int] = []
+        self.expected = expected
+        self.all_ran = asyncio.Event()
+
+    @activity.defn(name="bench_priority_noop")
+    async def noop(self, seq: int) -> None:
+        """Does nothing but note that `seq` ran."""
+        self.ran.append(seq)
+        if len(self.ran) >= self.expected:
+            self.all_ran.set()
+
+
+def inverted_pairs(order: list[int], rank: dict[int, tuple[int, int]]) -> int:
+    """Pairs served in the wrong order by `rank` (merge sort count, O(n log n))."""
+
+    def count(items: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
+        if len(items) <= 1:
+            return items, 0
+        mid = len(items) // 2
+        left, a = count(items[:mid])
+        right, b = count(items[mid:])
+        merged: list[tuple[int, int]] = []
+        inversions, i, j = a + b, 0, 0
+        while i < len(left) and j < len(right):
+            if left[i] <= right[j]:
+                merged.append(left[i])
+                i += 1
+            else:
+                merged.append(right[j])
+                inversions += len(left) - i
+                j += 1
+        return [*merged, *left[i:], *right[j:]], inversions
+
+    return count([rank[seq] for seq in order])[1]
+
+
+async def measure(config: Config, priorities: list[int], data: Path, idle_s: float) -> str:
+    """One configuration on a fresh server: its result line."""
+    server = DevServer(
+        data / config.name,
+        port=free_port(),
+        ui_port=None,
+        extra_dynamic_config={
+            "matching.priorityLevels": str(config.levels),
+            "activity.enableStandalone": "true",
+        },
+    )
+    server.start()
+    try:
+        assert server.process is not None
+        client = await connect_when_healthy(server.address)
+        recorder = Recorder(len(priorities))
+        meter = CpuMeter({"server": server.process.pid})
+        meter.start()
+        start_ms: list[float] = []
+        for seq, priority in enumerate(priorities):
+            sent = time.perf_counter()
+            await client.start_activity(
+                recorder.noop,
+                seq,
+                id=f"task-{seq}",
+                task_queue=QUEUE,
+                start_to_close_timeout=timedelta(minutes=1),
+                priority=Priority(priority_key=config.key(priority)),
+            )
+            start_ms.append((time.perf_counter() - sent) * 1000)
+        queued_cpu = meter.stop()["server"]
+
+        meter.start()
+        began = time.perf_counter()
+        worker = Worker(
+            client, task_queue=QUEUE, activities=[recorder.noop], max_concurrent_activities=1
+        )
+        async with worker:
+            await asyncio.wait_for(recorder.all_ran.wait(), timeout=600)
+            drain_s = time.perf_counter() - began
+            drain_cpu = meter.stop()["server"]
+            meter.start()
+            await asyncio.sleep(idle_s)
+            idle_cpu = meter.stop()["server"]
+    finally:
+        server.stop()
+
+    n = len(priorities)
+    rank = {seq: (-p, seq) for seq, p in enumerate(priorities)}
+    wrong = inverted_pairs(recorder.ran, rank)
+    keys = len({config.key(p) for p in priorities})
+    return (
+        f"{config.name:8} levels={config.levels:<3} keys used={keys:<3} "
+        f"start p50 {percentile(start_ms, 50):.1f} ms p99 {percentile(start_ms, 99):.1f} ms, "
+        f"server {queued_cpu / n * 1000:.2f} ms cpu/task | "
+        f"drain {n / drain_s:.0f} tasks/s, server {drain_cpu / n * 1000:.2f} ms cpu/task | "
+        f"out of order: {wrong} of {n * (n - 1) // 2} pairs"
+        f"{' (exact)' if wrong == 0 else ''} | idle {idle_cpu / idle_s * 100:.1f} % cpu"
+    )
+
+
+async def main(args: argparse.Namespace, data: Path) -> None:
+    low, high = priority_range(PRIORITY_LEVELS)
+    rng = random.Random(args.seed)
+    priorities = [rng.randint(low, high) for _ in range(args.tasks)]
+    chosen = [c for c in CONFIGS if c.name in args.configs.split(",")]
+    for round_no in range(1, args.rounds + 1):
+        for config in chosen:
+            line = await measure(config, priorities, data / f"round{round_no}", args.idle)
+            print(f"round {round_no}: {line}")
+            sys.stdout.flush()
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--idle", type=float, default=10.0, help="idle seconds measured")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--configs", default=",".join(c.name for c in CONFIGS))
+    args = parse(parser, argv)
+    data = Path(tempfile.mkdtemp(prefix="bench-priority-"))
+    print(machine())
+    print(f"{args.tasks} tasks, priorities {priority_range(PRIORITY_LEVELS)}; data in {data}")
+    print(f"code: {code_version()}")
+    sys.stdout.flush()
+    ok = False
+    try:
+        asyncio.run(main(args, data))
+        ok = True
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    finally:
+        if ok and not args.keep:
+            shutil.rmtree(data, ignore_errors=True)
+        else:
+            print(f"kept {data}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    exit_now(run(sys.argv[1:]))
