@@ -16,6 +16,9 @@ ran them in is compared with the exact order, priority descending, then arrival.
 - `exact`: the shipped `matching.priorityLevels` (59) and `priority_key`: one key per
   priority, so 59 backlogs in use.
 - `exact-5`: 59 levels, but the `bands` keys: what the setting alone costs.
+- `unclamped-5` (not run by default): 5 levels, but each priority's own key (1 … 59):
+  what the server does with keys above its levels. They share the last backlog and
+  are sorted only among the tasks loaded at once; `--batch 10` makes that visible.
 
 Standalone activities isolate the matching service: no workflow task per job, so the
 server's CPU is mostly starting, queueing and dispatching tasks. Per configuration it
@@ -31,6 +34,7 @@ import argparse
 import asyncio
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -77,7 +81,9 @@ CONFIGS = (
     Config("bands", 5, band_key),
     Config("exact", PRIORITY_LEVELS, lambda p: priority_key(p, PRIORITY_LEVELS)),
     Config("exact-5", PRIORITY_LEVELS, band_key),
+    Config("unclamped-5", 5, lambda p: (PRIORITY_LEVELS + 1) // 2 - p),
 )
+DEFAULT_CONFIGS = "bands,exact,exact-5"
 
 
 class Recorder:
@@ -96,40 +102,35 @@ class Recorder:
             self.all_ran.set()
 
 
-def inverted_pairs(order: list[int], rank: dict[int, tuple[int, int]]) -> int:
-    """Pairs served in the wrong order by `rank` (merge sort count, O(n log n))."""
-
-    def count(items: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
-        if len(items) <= 1:
-            return items, 0
-        mid = len(items) // 2
-        left, a = count(items[:mid])
-        right, b = count(items[mid:])
-        merged: list[tuple[int, int]] = []
-        inversions, i, j = a + b, 0, 0
-        while i < len(left) and j < len(right):
-            if left[i] <= right[j]:
-                merged.append(left[i])
-                i += 1
-            else:
-                merged.append(right[j])
-                inversions += len(left) - i
-                j += 1
-        return [*merged, *left[i:], *right[j:]], inversions
-
-    return count([rank[seq] for seq in order])[1]
+def inverted_pairs(ranks: list[tuple[int, ...]]) -> int:
+    """Pairs served in the wrong order by `ranks` (ties are not wrong): merge sort."""
+    if len(ranks) <= 1:
+        return 0
+    mid = len(ranks) // 2
+    left, right = sorted(ranks[:mid]), sorted(ranks[mid:])
+    wrong = inverted_pairs(ranks[:mid]) + inverted_pairs(ranks[mid:])
+    j = 0
+    for item in left:  # for each of the left, the right ones that rank strictly lower
+        while j < len(right) and right[j] < item:
+            j += 1
+        wrong += j
+    return wrong
 
 
-async def measure(config: Config, priorities: list[int], data: Path, idle_s: float) -> str:
+async def measure(
+    config: Config, priorities: list[int], data: Path, args: argparse.Namespace
+) -> str:
     """One configuration on a fresh server: its result line."""
+    dynamic = {
+        "matching.priorityLevels": str(config.levels),
+        "activity.enableStandalone": "true",
+    }
+    if args.batch:
+        # The reload mark must stay below the batch (the server fails on a batch of 0).
+        dynamic["matching.getTasksBatchSize"] = str(args.batch)
+        dynamic["matching.getTasksReloadAt"] = str(args.batch // 5)
     server = DevServer(
-        data / config.name,
-        port=free_port(),
-        ui_port=None,
-        extra_dynamic_config={
-            "matching.priorityLevels": str(config.levels),
-            "activity.enableStandalone": "true",
-        },
+        data / config.name, port=free_port(), ui_port=None, extra_dynamic_config=dynamic
     )
     server.start()
     try:
@@ -162,22 +163,25 @@ async def measure(config: Config, priorities: list[int], data: Path, idle_s: flo
             drain_s = time.perf_counter() - began
             drain_cpu = meter.stop()["server"]
             meter.start()
-            await asyncio.sleep(idle_s)
+            await asyncio.sleep(args.idle)
             idle_cpu = meter.stop()["server"]
     finally:
         server.stop()
 
     n = len(priorities)
-    rank = {seq: (-p, seq) for seq, p in enumerate(priorities)}
-    wrong = inverted_pairs(recorder.ran, rank)
+    # Pairs of different priorities served out of order; pairs of one priority served
+    # out of arrival order (each task reaches the queue on its own, so a few swap).
+    wrong = inverted_pairs([(-priorities[seq],) for seq in recorder.ran])
+    swapped = inverted_pairs([(-priorities[seq], seq) for seq in recorder.ran]) - wrong
     keys = len({config.key(p) for p in priorities})
     return (
         f"{config.name:8} levels={config.levels:<3} keys used={keys:<3} "
         f"start p50 {percentile(start_ms, 50):.1f} ms p99 {percentile(start_ms, 99):.1f} ms, "
         f"server {queued_cpu / n * 1000:.2f} ms cpu/task | "
         f"drain {n / drain_s:.0f} tasks/s, server {drain_cpu / n * 1000:.2f} ms cpu/task | "
-        f"out of order: {wrong} of {n * (n - 1) // 2} pairs"
-        f"{' (exact)' if wrong == 0 else ''} | idle {idle_cpu / idle_s * 100:.1f} % cpu"
+        f"out of priority order: {wrong} of {n * (n - 1) // 2} pairs, "
+        f"of arrival order within a priority: {swapped} | "
+        f"idle {idle_cpu / args.idle * 100:.1f} % cpu"
     )
 
 
@@ -188,7 +192,7 @@ async def main(args: argparse.Namespace, data: Path) -> None:
     chosen = [c for c in CONFIGS if c.name in args.configs.split(",")]
     for round_no in range(1, args.rounds + 1):
         for config in chosen:
-            line = await measure(config, priorities, data / f"round{round_no}", args.idle)
+            line = await measure(config, priorities, data / f"round{round_no}", args)
             print(f"round {round_no}: {line}")
             sys.stdout.flush()
 
@@ -199,11 +203,18 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--idle", type=float, default=10.0, help="idle seconds measured")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--configs", default=",".join(c.name for c in CONFIGS))
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma list of names")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="matching.getTasksBatchSize (default: server's)"
+    )
     args = parse(parser, argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # cleans up like Ctrl-C
     data = Path(tempfile.mkdtemp(prefix="bench-priority-"))
     print(machine())
-    print(f"{args.tasks} tasks, priorities {priority_range(PRIORITY_LEVELS)}; data in {data}")
+    batch = f", batch {args.batch}" if args.batch else ""
+    print(
+        f"{args.tasks} tasks, priorities {priority_range(PRIORITY_LEVELS)}{batch}; data in {data}"
+    )
     print(f"code: {code_version()}")
     sys.stdout.flush()
     ok = False
