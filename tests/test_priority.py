@@ -34,11 +34,14 @@ async def attempt_queued(client: Client, job_id: str) -> bool:
     return bool(desc.raw_description.pending_activities)
 
 
-async def backlog(hub: Api, client: Client, job_type: str, priorities: list[int]) -> list[str]:
-    """Submit a job per priority, in this order, each queued before the next."""
-    job_ids = []
+async def backlog(
+    hub: Api, client: Client, job_type: str, priorities: list[int], groups: list[str] | None = None
+) -> list[str]:
+    """Submit a job per priority (and group), in this order, each queued before the next."""
+    job_ids: list[str] = []
     for seq, priority in enumerate(priorities):
-        job_ids.append(hub.submit(type=job_type, priority=priority, params={"seq": seq}))
+        grouped = {"group": groups[seq]} if groups else {}
+        job_ids.append(hub.submit(type=job_type, priority=priority, params={"seq": seq}, **grouped))
         await wait_until_async(
             lambda: attempt_queued(client, job_ids[-1]), what="the attempt queued"
         )
@@ -92,3 +95,18 @@ async def test_priorities_beyond_the_exact_range_share_its_end_and_go_by_arrival
     # 29, 1,000,000 and 30 share the first key, -29, -1,000,000 and -30 the last: each
     # group in arrival order; 28 and -28 keep their own places.
     assert taken == [job_ids[seq] for seq in (1, 2, 3, 0, 7, 4, 5, 6)]
+
+
+async def test_priority_goes_before_the_round_robin_between_groups_on_one_queue(
+    hub: Api, client: Client, job_type: str
+) -> None:
+    a, b = f"a-{job_type}", f"b-{job_type}"
+    groups = [a, b, a, b, a, b]
+    priorities = [0, 0, 2, 9, 0, -3]
+    job_ids = await backlog(hub, client, job_type, priorities, groups)
+
+    taken = claim_all(hub, job_type, len(job_ids))
+
+    # Each group's gate granted its jobs at submit; on the queue, the key comes first
+    # and the groups take turns only among jobs of one priority.
+    assert [priorities[job_ids.index(job_id)] for job_id in taken] == [9, 2, 0, 0, 0, -3]
