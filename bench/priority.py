@@ -7,9 +7,9 @@ Run it from the repository root with the project's interpreter:
 Each configuration gets its own headless dev server (jobforge's dynamic config, plus
 `matching.priorityLevels` and standalone activities) and the same work: `--tasks`
 no-op activities on one task queue, their priorities drawn (seeded) from -29..29, each
-started with the client while no worker polls, one after the other (arrival order is
-the start order). Then one worker with one slot drains the backlog, and the order it
-ran them in is compared with the exact order, priority descending, then arrival.
+started with the client while no worker polls, one after the other. Then one worker with one slot drains the backlog, and the order it
+ran them in is compared with the exact order, priority descending, then arrival (the
+start order; each start reaches the queue on its own, so a few of one priority swap).
 
 - `bands`: `matching.priorityLevels=5`, priorities folded into 5 keys by the former
   thresholds (>= 10, >= 1, 0, >= -9, below).
@@ -22,7 +22,8 @@ ran them in is compared with the exact order, priority descending, then arrival.
 
 Standalone activities isolate the matching service: no workflow task per job, so the
 server's CPU is mostly starting, queueing and dispatching tasks. Per configuration it
-prints: start call p50/p99 and server CPU per task while the backlog builds; drain
+prints: start call p50/p99, server CPU per task while the backlog builds and the
+server's resident memory once it is queued (each key loads up to a batch); drain
 tasks/s and server CPU per task; pairs served out of the exact order; server CPU over
 `--idle` seconds afterwards (each key keeps its own backlog reader). `--rounds` repeats
 the configurations in turn, on fresh servers; compare ratios within one run.
@@ -102,6 +103,14 @@ class Recorder:
             self.all_ran.set()
 
 
+def rss_mib(pid: int) -> float:
+    """A process's resident memory (Linux /proc), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def inverted_pairs(ranks: list[tuple[int, ...]]) -> int:
     """Pairs served in the wrong order by `ranks` (ties are not wrong): merge sort."""
     if len(ranks) <= 1:
@@ -152,6 +161,7 @@ async def measure(
             )
             start_ms.append((time.perf_counter() - sent) * 1000)
         queued_cpu = meter.stop()["server"]
+        queued_rss = rss_mib(server.process.pid)
 
         meter.start()
         began = time.perf_counter()
@@ -177,7 +187,7 @@ async def measure(
     return (
         f"{config.name:8} levels={config.levels:<3} keys used={keys:<3} "
         f"start p50 {percentile(start_ms, 50):.1f} ms p99 {percentile(start_ms, 99):.1f} ms, "
-        f"server {queued_cpu / n * 1000:.2f} ms cpu/task | "
+        f"server {queued_cpu / n * 1000:.2f} ms cpu/task, {queued_rss:.0f} MiB | "
         f"drain {n / drain_s:.0f} tasks/s, server {drain_cpu / n * 1000:.2f} ms cpu/task | "
         f"out of priority order: {wrong} of {n * (n - 1) // 2} pairs, "
         f"of arrival order within a priority: {swapped} | "
