@@ -16,8 +16,12 @@ from workflows.models import (
     COST_UNITS_LIMIT,
     PRIORITY_LEVELS,
     PRIORITY_LEVELS_MAX,
-    priority_range,
 )
+
+# The first split of the priority order's counts (api/visibility.py): lower bounds of
+# ranges where priorities cluster (>= 10, 1 … 9, 0, -9 … -1, below; 001's named
+# priorities are 10, 5, 0 and -5). A listing heuristic, measured by bench.list_at_scale.
+PRIORITY_LIST_SPLIT = (10, 1, 0, -9)
 
 
 class ApiSettings(BaseSettings):
@@ -104,14 +108,6 @@ class ApiSettings(BaseSettings):
             deadline_urgency_s=self.pool_deadline_urgency_s,
             ping_after_s=self.gate_ping_s,
         )
-
-    @property
-    def priority_buckets(self) -> tuple[int, ...]:
-        """Descending lower bounds that first split the priority order's counts
-        (api/visibility.py): above the range of priority keys, 1 and up, 0, and within
-        the range below 0."""
-        low, high = priority_range(self.priority_levels)
-        return (high + 1, 1, 0, low)
 
     def with_secret(self) -> ApiSettings:
         """A copy that has a secret, generating one if none was set."""

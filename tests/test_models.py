@@ -223,11 +223,6 @@ def test_priority_levels_outside_what_temporal_keeps_are_refused(levels: str) ->
         ApiSettings(JOB_PRIORITY_LEVELS=levels)
 
 
-def test_the_priority_order_is_first_counted_by_the_keys_ranges() -> None:
-    assert ApiSettings().priority_buckets == (30, 1, 0, -29)
-    assert ApiSettings(JOB_PRIORITY_LEVELS="5").priority_buckets == (3, 1, 0, -2)
-
-
 def test_parse_schemes_trims_lowercases_and_drops_empty_parts() -> None:
     assert parse_schemes(" HTTPS, http,,file ") == frozenset({"https", "http", "file"})
 
