@@ -36,7 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import visibility
 from api.job_reads import FETCH_CONCURRENCY, JobReader
-from api.settings import ApiSettings
+from api.settings import PRIORITY_LIST_SPLIT, ApiSettings
 from engine import log_store
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings
@@ -225,7 +225,7 @@ class JobService:
             id=job_id,
             spec=spec,
             created_at=created,
-            priority_key=priority_key(spec.priority, self._settings.thresholds),
+            priority_key=priority_key(spec.priority, self._settings.priority_levels),
             activity_task_queue=queues[0],
             preferred_task_queue=queues[1],
             heartbeat_timeout_ms=spec.heartbeat_timeout_ms
@@ -401,7 +401,7 @@ class JobService:
                 query,
                 offset=start,
                 limit=limit,
-                thresholds=self._settings.thresholds,
+                thresholds=PRIORITY_LIST_SPLIT,
                 # Open jobs only: the live backlog, read through its own index.
                 backlog=bool(chosen) and chosen <= OPEN,
                 cutoffs=self._cutoffs,

@@ -16,11 +16,14 @@ from workflows.models import (
     COST_UNITS_LIMIT,
     DISPATCH_TIMEOUT_MS_LIMIT,
     DISPATCH_TIMEOUT_MS_MIN,
+    PRIORITY_LEVELS,
+    PRIORITY_LEVELS_MAX,
 )
 
-# Descending lower bounds: priority >= 10 → key 1, >= 1 → 2, >= 0 → 3 (the default),
-# >= -9 → 4, below → 5.
-DEFAULT_PRIORITY_THRESHOLDS = "10,1,0,-9"
+# The first split of the priority order's counts (api/visibility.py): lower bounds of
+# ranges where priorities cluster (>= 10, 1 … 9, 0, -9 … -1, below; 001's named
+# priorities are 10, 5, 0 and -5). A listing heuristic, measured by bench.list_at_scale.
+PRIORITY_LIST_SPLIT = (10, 1, 0, -9)
 
 
 class ApiSettings(BaseSettings):
@@ -34,8 +37,13 @@ class ApiSettings(BaseSettings):
     heartbeat_timeout_s: float = Field(
         default=60.0, gt=0, validation_alias="JOB_HEARTBEAT_TIMEOUT_S"
     )
-    priority_thresholds: str = Field(
-        default=DEFAULT_PRIORITY_THRESHOLDS, validation_alias="JOB_PRIORITY_THRESHOLDS"
+    # The task queues' `matching.priorityLevels`: each priority in priority_range(levels)
+    # gets a Temporal priority key of its own (docs/api.md, "Priority").
+    priority_levels: int = Field(
+        default=PRIORITY_LEVELS,
+        ge=1,
+        le=PRIORITY_LEVELS_MAX,
+        validation_alias="JOB_PRIORITY_LEVELS",
     )
     # Counts and the oldest pending age (dashboard chips, /metrics) are reused this long:
     # N scrapers within it cost one set of visibility calls. 0: no cache.
@@ -101,14 +109,6 @@ class ApiSettings(BaseSettings):
     def _lists(cls, value: object) -> object:
         return split_list(value)
 
-    @field_validator("priority_thresholds")
-    @classmethod
-    def _descending(cls, value: str) -> str:
-        bounds = [int(part) for part in value.split(",") if part.strip()]
-        if not bounds or bounds != sorted(bounds, reverse=True) or len(set(bounds)) != len(bounds):
-            raise ValueError("JOB_PRIORITY_THRESHOLDS must be distinct integers, descending")
-        return value
-
     def gate_defaults(self) -> GateSettings:
         """The settings a new group, pool or target starts with."""
         return GateSettings(
@@ -116,11 +116,6 @@ class ApiSettings(BaseSettings):
             deadline_urgency_s=self.pool_deadline_urgency_s,
             ping_after_s=self.gate_ping_s,
         )
-
-    @property
-    def thresholds(self) -> tuple[int, ...]:
-        """Priority thresholds as integers, descending."""
-        return tuple(int(part) for part in self.priority_thresholds.split(",") if part.strip())
 
     def with_secret(self) -> ApiSettings:
         """A copy that has a secret, generating one if none was set."""

@@ -173,7 +173,8 @@ def _split(low: int, high: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _buckets(thresholds: Sequence[int]) -> list[tuple[int, int]]:
-    """The priority keys' ranges, highest first: the first split of the range."""
+    """The ranges between `thresholds` (descending lower bounds), highest first: the
+    first split of the priority range."""
     bounds = [PRIORITY_LIMIT + 1, *thresholds, -PRIORITY_LIMIT]
     ranges = [(low, high - 1) for high, low in itertools.pairwise(bounds)]
     return [r for r in ranges if r[0] <= r[1]]

@@ -50,7 +50,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from api import visibility
-from api.settings import DEFAULT_PRIORITY_THRESHOLDS
 from bench.harness import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -75,6 +74,7 @@ from workflows import search_attributes
 from workflows.errors import ErrorType
 from workflows.job_states import COUNT_KINDS
 from workflows.models import (
+    PRIORITY_LEVELS,
     AttemptInput,
     AttemptResult,
     JobInput,
@@ -98,7 +98,6 @@ PENDING_SHARE = 0.03
 QUARANTINE_SHARE = 0.01
 # (priority, weight): mostly 0, some 10, 5 and -5.
 PRIORITIES = ((0, 80), (5, 10), (10, 5), (-5, 5))
-THRESHOLDS = tuple(int(part) for part in DEFAULT_PRIORITY_THRESHOLDS.split(","))
 HEARTBEAT_TIMEOUT_MS = 60_000
 TASK_QUEUE = "jobforge"
 WORKER_ID = "bench-stand-in"
@@ -228,7 +227,7 @@ async def start_job(client: Client, temporal: TemporalSettings, rng: random.Rand
         id=uuid.uuid4().hex,
         spec=spec,
         created_at=created,
-        priority_key=priority_key(priority, THRESHOLDS),
+        priority_key=priority_key(priority, PRIORITY_LEVELS),
         activity_task_queue=temporal.activity_queue(job_type),
         heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
     )

@@ -11,14 +11,17 @@ from pydantic import ValidationError
 
 import workflows
 from api.settings import ApiSettings
+from worker.devserver import DYNAMIC_CONFIG
 from workflows.models import (
     MAX_RUNTIME_MS_LIMIT,
     PARAMS_MAX_BYTES,
     PARAMS_MAX_DEPTH,
+    PRIORITY_LEVELS,
     JobInput,
     JobSpec,
     pending_job,
     priority_key,
+    priority_range,
 )
 from workflows.url_policy import parse_schemes, private_address, url_shape_problem
 
@@ -172,26 +175,52 @@ def test_unknown_fields_are_rejected() -> None:
     ("priority", "key"),
     [
         (1_000_000, 1),
-        (10, 1),
-        (9, 2),
-        (1, 2),
-        (0, 3),
-        (-1, 4),
-        (-9, 4),
-        (-10, 5),
-        (-1_000_000, 5),
+        (30, 1),
+        (29, 1),
+        (28, 2),
+        (9, 21),
+        (2, 28),
+        (1, 29),
+        (0, 30),
+        (-1, 31),
+        (-29, 59),
+        (-30, 59),
+        (-1_000_000, 59),
     ],
 )
-def test_priorities_map_to_temporal_keys_with_the_default_thresholds(
+def test_each_priority_within_29_has_its_own_temporal_key_and_beyond_shares_the_end_key(
     priority: int, key: int
 ) -> None:
-    thresholds = ApiSettings(JOB_PRIORITY_THRESHOLDS="10,1,0,-9").thresholds
-    assert thresholds == (10, 1, 0, -9)
-    assert priority_key(priority, thresholds) == key
+    assert priority_key(priority, 59) == key
 
 
-def test_the_shipped_thresholds_are_the_documented_defaults() -> None:
-    assert ApiSettings().thresholds == (10, 1, 0, -9)
+@pytest.mark.parametrize(
+    ("levels", "served"),
+    [(59, (-29, 29)), (60, (-30, 29)), (5, (-2, 2)), (2, (-1, 0)), (1, (0, 0))],
+)
+def test_the_exact_range_puts_priority_0_on_the_servers_default_key(
+    levels: int, served: tuple[int, int]
+) -> None:
+    low, high = priority_range(levels)
+    assert (low, high) == served
+    keys = [priority_key(p, levels) for p in range(high, low - 1, -1)]
+    # One key per priority, highest priority on key 1; 0 on Temporal's default key.
+    assert keys == list(range(1, levels + 1))
+    assert priority_key(0, levels) == (levels + 1) // 2
+    assert priority_key(high + 1, levels) == 1
+    assert priority_key(low - 1, levels) == levels
+
+
+def test_the_api_dev_server_and_compose_use_the_same_number_of_priority_levels() -> None:
+    assert ApiSettings().priority_levels == PRIORITY_LEVELS == 59
+    assert DYNAMIC_CONFIG["matching.priorityLevels"] == "59"
+    assert ApiSettings(JOB_PRIORITY_LEVELS="5").priority_levels == 5
+
+
+@pytest.mark.parametrize("levels", ["0", "61", "many"])
+def test_priority_levels_outside_what_temporal_keeps_are_refused(levels: str) -> None:
+    with pytest.raises(ValidationError, match="JOB_PRIORITY_LEVELS"):
+        ApiSettings(JOB_PRIORITY_LEVELS=levels)
 
 
 def test_parse_schemes_trims_lowercases_and_drops_empty_parts() -> None:

@@ -14,14 +14,20 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from api.settings import DEFAULT_PRIORITY_THRESHOLDS
 from bench.harness import Proc, wait_until
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.directory import register_job_type
 from tests.conftest import Api, Solver
 from workflows import search_attributes
-from workflows.models import JobInput, JobSpec, events_memo, pending_job, priority_key
+from workflows.models import (
+    PRIORITY_LEVELS,
+    JobInput,
+    JobSpec,
+    events_memo,
+    pending_job,
+    priority_key,
+)
 from workflows.names import EVENTS_MEMO, JOB_WORKFLOW
 
 # How long a job is watched not to be taken. The session worker reads the type registry
@@ -29,7 +35,6 @@ from workflows.names import EVENTS_MEMO, JOB_WORKFLOW
 # its queue, so a worker that polled the job's queue would have taken it many times
 # over; a bounded negative check, made only once the worker has seen the type.
 UNTOUCHED_S = 3.0
-THRESHOLDS = tuple(int(part) for part in DEFAULT_PRIORITY_THRESHOLDS.split(","))
 
 
 @pytest.fixture(autouse=True)
@@ -180,7 +185,7 @@ async def test_a_solver_url_job_queued_before_routing_is_rerouted_by_an_ops_fail
         id=uuid.uuid4().hex,
         spec=spec,
         created_at=created,
-        priority_key=priority_key(spec.priority, THRESHOLDS),
+        priority_key=priority_key(spec.priority, PRIORITY_LEVELS),
         activity_task_queue=temporal.activity_queue(job_type),  # the queue it had then
         heartbeat_timeout_ms=60_000,
         stop_waits_for_work=True,

@@ -223,7 +223,7 @@ async def test_a_backlog_runs_by_priority_then_in_submission_order(
     stack = start_stack()
     order = tmp_path / "order"
     solver = make_solver(f'open({str(order)!r}, "a").write(f"{{params[\'seq\']}}\\n")\n')
-    # Priorities 20, 5, 0 and -20 map to Temporal keys 1, 2, 3 and 5 (default thresholds).
+    # Priorities 20, 5, 0 and -20 map to Temporal keys 10, 25, 30 and 50 (of 59).
     priorities = [0, 5, -20, 20, 0, 5, 20, -20]
     job_ids: list[str] = []
     for seq, priority in enumerate(priorities):

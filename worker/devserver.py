@@ -16,10 +16,13 @@ from pathlib import Path
 from activities.runner import dying_with_parent
 from engine.connection import TemporalSettings
 from workflows import search_attributes
+from workflows.models import PRIORITY_LEVELS
 
 # Dynamic config that matters for dispatch latency and jobforge's queries (DESIGN §7).
 DYNAMIC_CONFIG: dict[str, str] = {
     "matching.enableFairness": "true",
+    # One priority key per priority in -29..29 (workflows.models.priority_key).
+    "matching.priorityLevels": str(PRIORITY_LEVELS),
     "matching.numTaskqueueReadPartitions": "1",
     "matching.numTaskqueueWritePartitions": "1",
     "frontend.namespaceRPS.visibility": "10000",

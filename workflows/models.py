@@ -722,13 +722,29 @@ class JobSummary(JobIdentity):
         )
 
 
-def priority_key(priority: int, thresholds: tuple[int, ...]) -> int:
-    """Map the spec's integer priority (higher first) onto Temporal keys (1 = first).
+# Temporal's matching keeps one backlog per priority key, up to its `maxPriorityLevels`
+# (60; server 1.32 does not enforce it, but its draining and sticky-queue bookkeeping
+# assume it). jobforge configures PRIORITY_LEVELS (`matching.priorityLevels`) on the dev
+# server and in docker-compose, an odd number so that priority 0 sits on the middle key,
+# the server's default.
+PRIORITY_LEVELS_MAX = 60
+PRIORITY_LEVELS = 59
 
-    `thresholds` are descending lower bounds: a priority at or above thresholds[i]
-    gets key i + 1; below all of them, key len(thresholds) + 1.
+
+def priority_range(levels: int) -> tuple[int, int]:
+    """The priorities that `levels` Temporal keys serve one to one (lowest, highest):
+    priority 0 on the server's default key, (levels + 1) // 2; -29..29 for 59 levels."""
+    default = (levels + 1) // 2
+    return default - levels, default - 1
+
+
+def priority_key(priority: int, levels: int) -> int:
+    """The Temporal priority key (1 = served first) of the spec's integer priority
+    (higher first), for a task queue of `levels` keys (`matching.priorityLevels`).
+
+    Each priority in `priority_range(levels)` has a key of its own; a priority above
+    the range shares the first key with the range's highest, one below shares the last
+    with its lowest (within a key, tasks are served in arrival order).
     """
-    for index, bound in enumerate(thresholds):
-        if priority >= bound:
-            return index + 1
-    return len(thresholds) + 1
+    low, high = priority_range(levels)
+    return (levels + 1) // 2 - min(max(priority, low), high)

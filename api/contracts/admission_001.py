@@ -56,8 +56,8 @@ from workflows.search_attributes import job_filter
 
 DESIGN = "001"
 BASE = "/api/system/scheduler/queue"
-# The design's priority names, on jobforge's integer scale (JOB_PRIORITY_THRESHOLDS'
-# default buckets: 10, 1, 0, -9).
+# The design's priority names, on jobforge's integer scale (all within -29..29, the
+# priorities dispatched in exact order).
 PRIORITIES = {"CRITICAL": 10, "HIGH": 5, "NORMAL": 0, "LOW": -5}
 PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
 JOB_TYPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
