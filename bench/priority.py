@@ -9,8 +9,8 @@ Each configuration gets its own headless dev server (jobforge's dynamic config, 
 no-op activities on one task queue, their priorities drawn (seeded) from -29..29, each
 started with the client while no worker polls, one after the other. Then one worker
 with one slot drains the backlog, and the order it ran them in is compared with the
-exact order, priority descending, then arrival (the
-start order; each start reaches the queue on its own, so a few of one priority swap).
+exact order, priority descending, then arrival (the start order; each start reaches
+the queue on its own, so a few of one priority swap).
 
 - `bands`: `matching.priorityLevels=5`, priorities folded into 5 keys by the former
   thresholds (>= 10, >= 1, 0, >= -9, below).
