@@ -1058,6 +1058,25 @@ def wait_gates_released(
         time.sleep(0.5)
 
 
+# -- W ---------------------------------------------------------------------------------
+
+
+def check_unrunnable(jobs: dict[str, dict[str, Any]]) -> list[str]:
+    """W: a job no live worker could run was never claimed: pending, waiting for a
+    worker, no attempt counted, nothing in its fail_history."""
+    problems = []
+    for job_id, job in jobs.items():
+        seen = (job.get("status"), job.get("waiting_for"), job.get("attempts"))
+        if seen != ("pending", "no_worker", 0):
+            problems.append(f"{job_id}: {seen}, not pending for a worker with no attempt")
+        if job.get("fail_history"):
+            problems.append(f"{job_id}: fail_history {job['fail_history']}")
+        claims = [t for t in _steps(job) if t["status"] != "pending"]
+        if claims:
+            problems.append(f"{job_id}: moved past pending: {[t['status'] for t in claims]}")
+    return problems
+
+
 # -- N ---------------------------------------------------------------------------------
 
 DISPATCH_TIMEOUT = "dispatch_timeout"

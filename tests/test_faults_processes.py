@@ -115,6 +115,9 @@ def test_killed_native_workers_lose_nothing(
         return stack.worker(job_type, name, WORKER_CORES="3", SOLVER_CACHE_DIR=str(caches[name]))
 
     workers = {name: start(name) for name in caches}
+    # W: jobs these workers cannot run (no solver_url, and no solver registered for the
+    # type), submitted before the kills: no worker, restarted or not, ever claims them.
+    unrunnable = [stack.api.submit(type=job_type, params={"w": i}) for i in range(3)]
     ids, tags = _submit_all(
         stack.api, solver, job_type, log, n, max_attempts=kills + 2, sleep_s=1.0
     )
@@ -125,6 +128,7 @@ def test_killed_native_workers_lose_nothing(
         workers[name].kill()
         workers[name] = start(name)
     faultkit.assert_invariants(stack.api.http, ids, tags, log, timeout=faultkit.scale(150, 600))
+    assert not faultkit.check_unrunnable({j: stack.api.job(j) for j in unrunnable})
     assert not faultkit.check_quiet(solver.path, caches.values(), timeout=20)
 
 
