@@ -600,7 +600,7 @@ async function streamUrl() {
   return `/api/jobs/events?token=${encodeURIComponent(token)}`;
 }
 
-async function openStream(reopened = false) {
+async function openStream() {
   if (!state.running) return;
   let url;
   try {
@@ -608,7 +608,7 @@ async function openStream(reopened = false) {
   } catch (err) {
     if (err instanceof Unauthorized) return;
     setStreamState("down", "stream unavailable");
-    state.timers.stream = setTimeout(() => openStream(true), 3000);
+    state.timers.stream = setTimeout(openStream, 3000);
     return;
   }
   if (!state.running) return;
@@ -616,12 +616,11 @@ async function openStream(reopened = false) {
   state.stream = source;
   source.onopen = () => {
     setStreamState("live", "live");
-    if (reopened) {
-      // A new connection starts at "now": re-read what may have been missed.
-      reopened = false;
-      guard(loadPage);
-      refreshSoon();
-    }
+    // A connection starts at "now" (a new API process's feed, at its first client):
+    // re-read what changed between the page's last read and this moment, the first
+    // connection's included.
+    guard(loadPage);
+    refreshSoon();
   };
   source.onerror = () => {
     if (state.stream !== source) return;
@@ -630,7 +629,7 @@ async function openStream(reopened = false) {
       source.close();
       state.stream = null;
       setStreamState("down", "reconnecting…");
-      state.timers.stream = setTimeout(() => openStream(true), 2000);
+      state.timers.stream = setTimeout(openStream, 2000);
     } else {
       setStreamState("down", "reconnecting…");
     }
