@@ -31,6 +31,8 @@ from tests.conftest import ROOT
 from tests.test_dev_stack import DevStack, dev_env, launch_dev, wait_up
 from tests.test_readme import Shell, Step, section, sh_steps
 
+pytestmark = pytest.mark.slow(90)
+
 DOC = ROOT / "docs" / "contracts.md"
 HEADING = "Under `make dev`"
 # As printed in the doc → what the test machine uses instead (see `swaps`).
@@ -114,6 +116,8 @@ class DesignWorker:
     shared: Path
     every_s: float = 0.3
     error: BaseException | None = None
+    # Each job's hosts mounted at `/data`, in the order they came.
+    mounts: list[list[str]] = field(default_factory=list)
     _done: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -157,6 +161,12 @@ class DesignWorker:
 
     def _run(self, http: httpx.Client, job: dict[str, Any]) -> None:
         job_id = job["job_id"]
+        # `/data` is the shared storage, mounted here at the server's path (§ Startup).
+        data = [v["host"] for v in job["volumes"] if v["container"] == "/data"]
+        self.mounts.append(data)
+        if any(Path(host).resolve() != self.shared.resolve() for host in data):
+            self._report(http, job_id, "failed", error=f"/data is not the shared storage: {data}")
+            return
         if not (self.shared / job["config_path"]).is_file():
             self._report(http, job_id, "failed", error=f"no config {job['config_path']}")
             return
@@ -214,6 +224,8 @@ def test_003_a_simulation_runs_on_the_designs_worker_with_its_log_and_another_st
     finally:
         worker.close()
     assert worker.error is None, worker.error
+    # The first simulation mounted the shared storage at /data, as the design's do.
+    assert worker.mounts[0] == [str(stack.data_dir / "shared")], worker.mounts
 
 
 def test_004_a_target_job_is_created_listed_cancelled_and_resumed(
