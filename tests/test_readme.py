@@ -65,9 +65,18 @@ class Step:
 
 def walkthrough() -> list[Step]:
     """The commands of the `sh` blocks under "## Walk-through"."""
-    section = README.read_text().split("\n## Walk-through\n", 1)[1].split("\n## ", 1)[0]
+    return sh_steps(section(README.read_text(), "Walk-through"))
+
+
+def section(text: str, heading: str) -> str:
+    """The text of a markdown document's `## heading` section."""
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def sh_steps(text: str) -> list[Step]:
+    """The commands of the `sh` blocks in `text`, with the lines each must print."""
     steps: list[Step] = []
-    for block in re.findall(r"```sh\n(.*?)```", section, re.DOTALL):
+    for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL):
         lines = block.splitlines()
         i = 0
         while i < len(lines):

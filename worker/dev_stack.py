@@ -116,6 +116,14 @@ class DevStack:
             values["SOLVER_CACHE_DIR"] = str(self.data_dir / "solvers")
         if "LOG_DIR" not in os.environ:
             values["LOG_DIR"] = str(self.data_dir / "logs")
+        # 003's shared storage: its workers write each simulation's log there, and its
+        # simulations mount it (their volumes' sources must lie under it).
+        shared = Path(os.environ.get("VM_SHARED_DATA") or self.data_dir / "shared")
+        if "VM_SHARED_DATA" not in os.environ:
+            shared.mkdir(parents=True, exist_ok=True)
+            values["VM_SHARED_DATA"] = str(shared)
+        if "CONTAINER_VOLUME_PREFIXES" not in os.environ:
+            values["CONTAINER_VOLUME_PREFIXES"] = str(shared)
         if "url_schemes" not in chosen:
             values["SOLVER_URL_SCHEMES"] = DEV_URL_SCHEMES
         if "allow_private_networks" not in chosen:
@@ -138,6 +146,8 @@ class DevStack:
             f"Temporal gRPC    {self.server.address}",
             f"Solver URLs      {env['SOLVER_URL_SCHEMES']} (SOLVER_URL_SCHEMES); private "
             f"networks {'allowed' if private else 'refused'} (SOLVER_ALLOW_PRIVATE_NETWORKS)",
+            f"Shared data      {env.get('VM_SHARED_DATA', '')} (VM_SHARED_DATA: design 003's "
+            f"storage; CONTAINER_VOLUME_PREFIXES {env.get('CONTAINER_VOLUME_PREFIXES', '')})",
             f"Token            {token}",
             READY_LINE,
         ]
