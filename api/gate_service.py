@@ -21,7 +21,14 @@ from api import visibility
 from api.job_views import TtlCache, count_kinds
 from engine.connection import Route, TemporalSettings
 from engine.gates import Gates
-from workflows.errors import ErrorType, GateLocked, GroupNotFound, JobConflict, JobNotFound
+from workflows.errors import (
+    ErrorType,
+    GateLocked,
+    GroupNotFound,
+    JobConflict,
+    JobNotFound,
+    TemporalCallFailed,
+)
 from workflows.gate_models import GateKind, GatePatch, GateView, LockRequest, TargetResume
 from workflows.job_states import BACKLOG, CANCELLABLE, CLAIMED, OPEN, JobStatus, ordered
 from workflows.models import COST_UNITS_LIMIT, Job, WaitingFor
@@ -231,8 +238,8 @@ class GateService:
         """Take or renew a pool's lock; held by another owner that renews it: 409."""
         answer = await self._gates.lock(GateKind.POOL, name, LockRequest(**ask.model_dump()))
         lock = answer.lock
-        if lock is None:  # a gate answers a lock with one
-            raise JobConflict(f"pool {name}: the lock was not taken")
+        if lock is None:  # the gate names the holder whatever it answers
+            raise TemporalCallFailed(f"lock of pool {name} answered no holder")
         expires_at = lock.renewed_at + lock.ttl_ms
         if not answer.held:
             raise GateLocked(f"pool {name}", lock.owner, lock.since, expires_at)

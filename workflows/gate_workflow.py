@@ -13,6 +13,10 @@ A pool grants by weighted fair shares between groups, each group's jobs by prior
 arrival, jobs near their deadline first (`_grant_fair`); one that ran before that change
 kept its first-come order with aging until it continues as new (FAIR_SHARES_PATCH).
 
+A gate also holds a lock, one owner at a time (`lock`/`unlock` updates): a workspace's
+single daemon (002) holds its pool's. Its owner renews it; one not renewed within its
+ttl, by workflow time, can be taken over.
+
 The gate mirrors its view into its memo (lists read visibility, not the workflow) and
 continues as new when its history grows.
 """
