@@ -210,13 +210,21 @@ def _renew(hub: HubSettings, pool: str, owner: str, ttl_s: float) -> None:
 
 
 async def _keep_lock(
-    hub: HubSettings, pool: str, owner: str, ttl_s: float, stop: asyncio.Event
-) -> LockHeldError:
-    """Renew the lock at half its ttl until cancelled. Another daemon took it (this one
-    went a ttl unheard): stop, and answer who holds it. A failed renewal is retried at
-    the next beat."""
+    hub: HubSettings,
+    pool: str,
+    owner: str,
+    ttl_s: float,
+    stop: asyncio.Event,
+    done: asyncio.Event,
+) -> LockHeldError | None:
+    """Renew the lock at half its ttl until `done` (no renewal is in flight then).
+    Another daemon took it (this one went a ttl unheard): stop, and answer who holds
+    it. A failed renewal is retried at the next beat."""
     while True:
-        await asyncio.sleep(ttl_s / 2)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), ttl_s / 2)
+        if done.is_set():
+            return None
         try:
             await asyncio.to_thread(_renew, hub, pool, owner, ttl_s)
         except LockHeldError as held:
@@ -266,16 +274,14 @@ async def serve(
     owner = f"pid {os.getpid()} on {socket.gethostname()}, worker {worker_id}"
     with HubClient(hub) as client:
         take_lock(client, pool, owner, lock_ttl_s)
-    stop = asyncio.Event()
-    keeping = asyncio.create_task(_keep_lock(hub, pool, owner, lock_ttl_s, stop))
+    stop, done = asyncio.Event(), asyncio.Event()
+    keeping = asyncio.create_task(_keep_lock(hub, pool, owner, lock_ttl_s, stop, done))
     try:
         await _serve(pool, worker_id, max_parallel, command, hub, stop)
     finally:
-        if keeping.done():
-            lost: LockHeldError | None = keeping.result()
-        else:
-            keeping.cancel()
-            lost = None
+        done.set()
+        lost = await keeping
+        if lost is None:
             with contextlib.suppress(HubError), HubClient(hub) as client:
                 client.unlock_pool(pool, owner)
     if lost is not None:
