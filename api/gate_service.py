@@ -21,8 +21,15 @@ from api import visibility
 from api.job_views import TtlCache, count_kinds
 from engine.connection import Route, TemporalSettings
 from engine.gates import Gates
-from workflows.errors import ErrorType, GroupNotFound, JobConflict, JobNotFound
-from workflows.gate_models import GateKind, GatePatch, GateView, TargetResume
+from workflows.errors import (
+    ErrorType,
+    GateLocked,
+    GroupNotFound,
+    JobConflict,
+    JobNotFound,
+    TemporalCallFailed,
+)
+from workflows.gate_models import GateKind, GatePatch, GateView, LockRequest, TargetResume
 from workflows.job_states import BACKLOG, CANCELLABLE, CLAIMED, OPEN, JobStatus, ordered
 from workflows.models import COST_UNITS_LIMIT, Job, WaitingFor
 from workflows.names import GATE_MEMO, GATE_WORKFLOW, REQUEUE_UPDATE
@@ -84,6 +91,32 @@ class PoolCapacity(BaseModel):
 
     capacity: int = Field(strict=True, ge=0, le=COST_UNITS_LIMIT)
     aging_step_s: float | None = Field(default=None, gt=0, le=AGING_STEP_MAX_S)
+
+
+# The longest a pool's lock lasts without a renewal.
+LOCK_TTL_MAX_S = 3600.0
+
+
+class PoolLockAsk(BaseModel):
+    """`POST /api/pools/{pool}/lock`: take or renew the pool's lock for `owner`."""
+
+    owner: str = Field(min_length=1, max_length=200, description="Who takes it: a daemon's id")
+    ttl_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=LOCK_TTL_MAX_S,
+        description="It can be taken over once not renewed for this long",
+    )
+
+
+class PoolLock(BaseModel):
+    """A pool's lock, held by the asker (times: epoch ms, the pool's own clock)."""
+
+    pool: str
+    owner: str
+    since: int = Field(description="When this owner took it")
+    renewed_at: int
+    expires_at: int = Field(description="Free to take over from then on, unless renewed")
 
 
 class TargetView(BaseModel):
@@ -200,6 +233,27 @@ class GateService:
             running=_claimed(counts),
             counts=counts,
         )
+
+    async def lock_pool(self, name: str, ask: PoolLockAsk) -> PoolLock:
+        """Take or renew a pool's lock; held by another owner that renews it: 409."""
+        answer = await self._gates.lock(GateKind.POOL, name, LockRequest(**ask.model_dump()))
+        lock = answer.lock
+        if lock is None:  # the gate names the holder whatever it answers
+            raise TemporalCallFailed(f"lock of pool {name} answered no holder")
+        expires_at = lock.renewed_at + lock.ttl_ms
+        if not answer.held:
+            raise GateLocked(f"pool {name}", lock.owner, lock.since, expires_at)
+        return PoolLock(
+            pool=name,
+            owner=lock.owner,
+            since=lock.since,
+            renewed_at=lock.renewed_at,
+            expires_at=expires_at,
+        )
+
+    async def unlock_pool(self, name: str, owner: str) -> None:
+        """Give a pool's lock back if `owner` holds it."""
+        await self._gates.unlock(GateKind.POOL, name, LockRequest(owner=owner))
 
     # -- targets -------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ from workflows.gate_models import (
     GateRequest,
     GateSettings,
     GateView,
+    LockAnswer,
+    LockRequest,
     TargetResume,
     job_gates,
 )
@@ -40,8 +42,10 @@ from workflows.names import (
     ENQUEUE_SIGNAL,
     GATE_QUERY,
     GATE_WORKFLOW,
+    LOCK_UPDATE,
     PAUSE_UPDATE,
     RESUME_UPDATE,
+    UNLOCK_UPDATE,
     gate_workflow_id,
 )
 
@@ -233,6 +237,16 @@ class Gates:
     async def resume(self, kind: GateKind, key: str, how: TargetResume) -> GateView:
         view: GateView = await self._update(kind, key, RESUME_UPDATE, how)
         return view
+
+    async def lock(self, kind: GateKind, key: str, ask: LockRequest) -> LockAnswer:
+        """Take or renew a gate's lock for `ask.owner`; the answer says who holds it."""
+        answer: LockAnswer = await self._update(kind, key, LOCK_UPDATE, ask, LockAnswer)
+        return answer
+
+    async def unlock(self, kind: GateKind, key: str, ask: LockRequest) -> LockAnswer:
+        """Give a gate's lock back if `ask.owner` holds it."""
+        answer: LockAnswer = await self._update(kind, key, UNLOCK_UPDATE, ask, LockAnswer)
+        return answer
 
     async def _update(
         self,

@@ -209,6 +209,34 @@ def test_a_pools_aging_step_is_null_until_set_and_a_bad_one_is_a_422(api: Api, n
         assert answer.status_code == 422 and "aging_step_s" in answer.text, answer.text
 
 
+def test_a_pools_lock_is_one_owners_a_409_names_it_and_bad_input_is_a_422(
+    api: Api, name: str
+) -> None:
+    lock = f"/api/pools/{name}/lock"
+    taken = ok(api.http.post(lock, json={"owner": "a", "ttl_s": 600}))
+    assert (taken["pool"], taken["owner"]) == (name, "a")
+    assert taken["expires_at"] == taken["renewed_at"] + 600_000
+    refused = api.http.post(lock, json={"owner": "b"})
+    assert refused.status_code == 409, refused.text
+    body = refused.json()
+    assert (body["owner"], body["since"], body["expires_at"]) == (
+        "a",
+        taken["since"],
+        taken["expires_at"],
+    )
+    assert body["error"].startswith(f"pool {name} is locked by a since ")
+    for bad in ({"owner": "b", "ttl_s": 0}, {"owner": "b", "ttl_s": "soon"}, {"owner": ""}, {}):
+        answer = api.http.post(lock, json=bad)
+        assert answer.status_code == 422, answer.text
+        assert ("ttl_s" if "ttl_s" in bad else "owner") in answer.text, answer.text
+    assert api.http.delete(lock).status_code == 422
+    # Only its owner gives it back.
+    assert api.http.delete(lock, params={"owner": "b"}).status_code == 204
+    assert api.http.post(lock, json={"owner": "b"}).status_code == 409
+    assert api.http.delete(lock, params={"owner": "a"}).status_code == 204
+    assert ok(api.http.post(lock, json={"owner": "b"}))["owner"] == "b"
+
+
 # -- targets ------------------------------------------------------------------------------
 
 

@@ -42,14 +42,20 @@ class HubSettings(BaseSettings):
 
 class HubError(Exception):
     """A call to the API failed; the message says why, in one line. An API answer's
-    `status`, and the request `field` it names when it names one."""
+    `status`, the request `field` it names when it names one, and its JSON `body`."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, field: str | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        field: str | None = None,
+        body: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.field = field
+        self.body = body or {}
 
 
 class HubUnreachableError(HubError):
@@ -122,6 +128,7 @@ class HubClient:
             f"HTTP {response.status_code}: {message}",
             status=response.status_code,
             field=field if isinstance(field, str) else None,
+            body=body,
         )
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -269,6 +276,18 @@ class HubClient:
         body = {"capacity": capacity, **(settings or {})}
         pool: dict[str, Any] = self._json("PUT", _path("pools", name), json=body)
         return pool
+
+    def lock_pool(self, name: str, owner: str, ttl_s: float) -> dict[str, Any]:
+        """POST /api/pools/{pool}/lock: take or renew its lock, `{owner, since,
+        renewed_at, expires_at}`; held by another owner, a HubError 409 whose body names
+        it (`owner`, `since`, `expires_at`)."""
+        body = {"owner": owner, "ttl_s": ttl_s}
+        lock: dict[str, Any] = self._json("POST", _path("pools", name, "lock"), json=body)
+        return lock
+
+    def unlock_pool(self, name: str, owner: str) -> None:
+        """DELETE /api/pools/{pool}/lock: give it back if `owner` holds it."""
+        self.call("DELETE", _path("pools", name, "lock"), params={"owner": owner})
 
     def target(self, name: str) -> dict[str, Any]:
         """GET /api/targets/{target}: `{target, halted, halted_by, running, pending}`."""

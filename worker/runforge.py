@@ -63,11 +63,13 @@ class InvalidPlanError(Exception):
 
 class RunforgeSettings(BaseSettings):
     """The daemon's run command (env `RUNFORGE_RUN_COMMAND`): each run starts it with
-    `--params '{"run_id": …, "workspace": …}'`."""
+    `--params '{"run_id": …, "workspace": …}'`; and how long its workspace's lock stays
+    its own without a renewal (`RUNFORGE_LOCK_TTL_S`; renewed at half that)."""
 
     model_config = SettingsConfigDict(env_prefix="RUNFORGE_", extra="ignore")
 
     run_command: str = ""
+    lock_ttl_s: float = Field(default=HEALTHY_WITHIN_S, ge=1.0, le=3600.0)
 
 
 class PlanRun(BaseModel):

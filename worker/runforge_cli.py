@@ -118,7 +118,7 @@ def daemon(
     """
     import logging
 
-    from worker.runforge_daemon import serve
+    from worker.runforge_daemon import LockHeldError, serve
 
     if max_parallel < 1:
         _fail("--max-parallel: must be at least 1")
@@ -126,21 +126,18 @@ def daemon(
     if not path.is_dir():
         _fail(f"--workspace: {path} is not a directory")
     with _settings("runforge"):
-        command = RunforgeSettings().run_command
+        runforge = RunforgeSettings()
+    command = runforge.run_command
     if not command.strip():
         _fail("RUNFORGE_RUN_COMMAND is not set: the command each run starts")
     with _settings("hub"):
         hub = HubSettings()
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with _hub() as client:
-        live = _daemons(client, pool_name(path))
-    # The design's single-instance lock, as the hub sees it: a healthy daemon of this
-    # workspace is listed.
-    for other in filter(_healthy, live):
-        pid = tag_value(other["tags"], PID_TAG)
-        _fail(f"a daemon already serves {path} (pid {pid}, worker {other['worker_id']})")
     try:
-        asyncio.run(serve(path, max_parallel, command, hub))
+        asyncio.run(serve(path, max_parallel, command, hub, runforge.lock_ttl_s))
+    except LockHeldError as held:
+        # The design's single-instance lock: the workspace's, taken at its pool.
+        _fail(f"a daemon already serves {path} ({held})")
     except HubError as err:
         _fail(str(err))
     except (OSError, RuntimeError) as err:

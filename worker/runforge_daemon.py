@@ -7,6 +7,11 @@ process that runs the runs and takes the signals, and the daemon can tell its re
 it is stopping and stopped. It follows the hub's event stream to print the runs it
 starts and finishes as the design's `[RF:QUEUE=…]` tokens, and moves its workspace's
 runs still queued as the shared legacy type `runforge.run` to its own type.
+
+One daemon per workspace: before anything else it takes its workspace's lock, held by
+the workspace's pool gate (`POST /api/pools/{pool}/lock`, one owner at a time, taken
+in one update). It renews the lock at half its ttl and gives it back when it stops; a
+daemon killed outright holds it until the ttl passes, then the next one takes it over.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from worker.runforge import (
     LEGACY_RUN_TYPE,
     DaemonState,
     daemon_tags,
+    iso,
     legacy_body,
     pool_name,
     run_id_of,
@@ -52,6 +58,26 @@ FINAL_READ_S = 15.0
 # client that enqueues them may be an older runforge-cli).
 MOVE_EVERY_S = 15.0
 CONFLICT = 409
+
+
+class LockHeldError(Exception):
+    """The workspace's lock is another daemon's: who holds it and since when (ms)."""
+
+    def __init__(self, owner: str, since: int) -> None:
+        super().__init__(f"{owner}, locked since {iso(since)}")
+        self.owner = owner
+        self.since = since
+
+
+def take_lock(client: HubClient, pool: str, owner: str, ttl_s: float) -> None:
+    """Take or renew the workspace's lock; `LockHeldError` when another daemon holds it."""
+    try:
+        client.lock_pool(pool, owner, ttl_s)
+    except HubError as err:
+        body = err.body
+        if err.status == CONFLICT and "owner" in body:
+            raise LockHeldError(str(body["owner"]), int(body.get("since") or 0)) from err
+        raise
 
 
 def say(line: str) -> None:
@@ -178,6 +204,37 @@ async def _keep_moving(hub: HubSettings, pool: str) -> None:
         await asyncio.sleep(MOVE_EVERY_S)
 
 
+def _renew(hub: HubSettings, pool: str, owner: str, ttl_s: float) -> None:
+    with HubClient(hub) as client:
+        take_lock(client, pool, owner, ttl_s)
+
+
+async def _keep_lock(
+    hub: HubSettings,
+    pool: str,
+    owner: str,
+    ttl_s: float,
+    stop: asyncio.Event,
+    done: asyncio.Event,
+) -> LockHeldError | None:
+    """Renew the lock at half its ttl until `done` (no renewal is in flight then).
+    Another daemon took it (this one went a ttl unheard): stop, and answer who holds
+    it. A failed renewal is retried at the next beat."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), ttl_s / 2)
+        if done.is_set():
+            return None
+        try:
+            await asyncio.to_thread(_renew, hub, pool, owner, ttl_s)
+        except LockHeldError as held:
+            say(f"runforge daemon: the workspace lock was taken over by {held}; stopping")
+            stop.set()
+            return held
+        except HubError as err:
+            say(f"runforge daemon: renewing the workspace lock: {err}")
+
+
 def node_id() -> str:
     """NODE_ID, or `runforge-<host>-<pid>`."""
     return os.environ.get("NODE_ID") or f"runforge-{socket.gethostname()}-{os.getpid()}"
@@ -205,12 +262,42 @@ async def _record(
         await register_worker(client, temporal, info)
 
 
-async def serve(workspace: Path, max_parallel: int, command: str, hub: HubSettings) -> None:
-    """Run the daemon until SIGINT/SIGTERM; a hub or Temporal error raises."""
+async def serve(
+    workspace: Path, max_parallel: int, command: str, hub: HubSettings, lock_ttl_s: float
+) -> None:
+    """Run the daemon until SIGINT/SIGTERM, holding the workspace's lock. Another
+    daemon holds it (now, or took it over later): `LockHeldError`; a hub or Temporal
+    error raises."""
     pool = pool_name(workspace)
+    worker_id = node_id()
+    # The lock's owner: this process (two daemons may share a NODE_ID).
+    owner = f"pid {os.getpid()} on {socket.gethostname()}, worker {worker_id}"
+    with HubClient(hub) as client:
+        take_lock(client, pool, owner, lock_ttl_s)
+    stop, done = asyncio.Event(), asyncio.Event()
+    keeping = asyncio.create_task(_keep_lock(hub, pool, owner, lock_ttl_s, stop, done))
+    try:
+        await _serve(pool, worker_id, max_parallel, command, hub, stop)
+    finally:
+        done.set()
+        lost = await keeping
+        if lost is None:
+            with contextlib.suppress(HubError), HubClient(hub) as client:
+                client.unlock_pool(pool, owner)
+    if lost is not None:
+        raise lost
+
+
+async def _serve(
+    pool: str,
+    worker_id: str,
+    max_parallel: int,
+    command: str,
+    hub: HubSettings,
+    stop: asyncio.Event,
+) -> None:
     job_type = run_type(pool)
     pid = os.getpid()
-    worker_id = node_id()
     with HubClient(hub) as client:
         client.set_pool_capacity(pool, max_parallel)
     temporal = TemporalSettings()
@@ -221,7 +308,6 @@ async def serve(workspace: Path, max_parallel: int, command: str, hub: HubSettin
         tags=daemon_tags(pool, pid, "running"),
         node_id=worker_id,
     )
-    stop = asyncio.Event()
     install_stop_handlers(stop)
     quiet_attempt_failures()
     temporal_client = await connect(temporal, identity=worker_id)

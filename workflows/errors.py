@@ -12,6 +12,7 @@ Stdlib and pydantic only, like the models.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -184,6 +185,19 @@ class PoolFull(JobforgeError):  # noqa: N818 - the domain's own words
 
 class JobConflict(JobforgeError):  # noqa: N818 - the domain's own words
     """The request conflicts with the job's state or an earlier request."""
+
+
+class GateLocked(JobConflict):
+    """A gate's lock that another owner holds and keeps renewing."""
+
+    def __init__(self, what: str, owner: str, since: int, expires_at: int) -> None:
+        taken = datetime.fromtimestamp(since / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        super().__init__(
+            f"{what} is locked by {owner} since {taken}",
+            owner=owner,
+            since=since,
+            expires_at=expires_at,
+        )
 
 
 class InvalidField(JobforgeError):  # noqa: N818 - the domain's own words

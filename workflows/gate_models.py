@@ -166,6 +166,35 @@ class Holder(Waiter):
     granted_at: int
 
 
+class LockRequest(BaseModel):
+    """An owner taking or renewing a gate's lock (`lock` update), or giving it back
+    (`unlock`). `ttl_s`: how long the lock stays its own without a renewal."""
+
+    owner: str
+    ttl_s: float = 30.0
+
+
+class GateLock(BaseModel):
+    """Who holds a gate's lock: taken at `since`, last renewed at `renewed_at`
+    (workflow time, ms); free to be taken over from `renewed_at + ttl_ms` on."""
+
+    owner: str
+    since: int
+    renewed_at: int
+    ttl_ms: int
+
+    def expired(self, now: int) -> bool:
+        return now >= self.renewed_at + self.ttl_ms
+
+
+class LockAnswer(BaseModel):
+    """A gate's answer to a lock or unlock: whether the asker holds it now, and who
+    does (None: nobody)."""
+
+    held: bool
+    lock: GateLock | None = None
+
+
 # How long an admission-only job waits when the pool knows no lease time yet.
 RETRY_AFTER_DEFAULT_S = 5
 
@@ -185,6 +214,8 @@ class GateInput(BaseModel):
     # A pool's fair shares between groups; None in a gate started before them (its
     # settings then carry the aging every pool had, which is dropped).
     shares: FairShares | None = None
+    # The gate's lock (`lock` update); None when nobody ever took it.
+    lock: GateLock | None = None
 
 
 class GateView(BaseModel):

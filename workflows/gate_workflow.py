@@ -13,6 +13,10 @@ A pool grants by weighted fair shares between groups, each group's jobs by prior
 arrival, jobs near their deadline first (`_grant_fair`); one that ran before that change
 kept its first-come order with aging until it continues as new (FAIR_SHARES_PATCH).
 
+A gate also holds a lock, one owner at a time (`lock`/`unlock` updates): a workspace's
+single daemon (002) holds its pool's. Its owner renews it; one not renewed within its
+ttl, by workflow time, can be taken over.
+
 The gate mirrors its view into its memo (lists read visibility, not the workflow) and
 continues as new when its history grows.
 """
@@ -36,11 +40,14 @@ with workflow.unsafe.imports_passed_through():
         GateGrant,
         GateInput,
         GateKind,
+        GateLock,
         GatePatch,
         GateRelease,
         GateRequest,
         GateView,
         Holder,
+        LockAnswer,
+        LockRequest,
         TargetResume,
         Waiter,
     )
@@ -53,12 +60,14 @@ with workflow.unsafe.imports_passed_through():
         GATE_QUERY,
         GATE_WORKFLOW,
         GRANT_SIGNAL,
+        LOCK_UPDATE,
         PAUSE_UPDATE,
         PING_SIGNAL,
         RECALL_SIGNAL,
         RELEASE_SIGNAL,
         RESERVE_UPDATE,
         RESUME_UPDATE,
+        UNLOCK_UPDATE,
     )
 
 # A request the API queued for a job that has not asked itself after this long (it
@@ -101,6 +110,7 @@ class GateWorkflow:
             # A pool from before fair shares: its aging step was every pool's default,
             # and a pool now ages only when it is set for it.
             self._settings.aging_step_s = None
+        self._lock = inp.lock
         self._dirty = True
         self._unanswered: set[str] = set()
         self._sending: set[asyncio.Task[None]] = set()
@@ -282,6 +292,32 @@ class GateWorkflow:
             self._settings.halted_by = None
         self._dirty = True
         return self.gate()
+
+    @workflow.update(name=LOCK_UPDATE)
+    def lock(self, ask: LockRequest) -> LockAnswer:
+        """Take the gate's lock, or renew it (its owner asking again). A lock another
+        owner holds is refused, with who holds it, unless that owner let it expire
+        (no renewal within its ttl, by workflow time): then it is taken over."""
+        now = _now_ms()
+        held = self._lock
+        if held is not None and held.owner != ask.owner and not held.expired(now):
+            return LockAnswer(held=False, lock=held)
+        since = held.since if held is not None and held.owner == ask.owner else now
+        ttl_ms = max(1, round(ask.ttl_s * 1000))
+        self._lock = GateLock(owner=ask.owner, since=since, renewed_at=now, ttl_ms=ttl_ms)
+        return LockAnswer(held=True, lock=self._lock)
+
+    @lock.validator
+    def _valid_lock(self, ask: LockRequest) -> None:
+        if not ask.owner or ask.ttl_s <= 0:
+            raise ValueError("a lock needs an owner and a positive ttl_s")
+
+    @workflow.update(name=UNLOCK_UPDATE)
+    def unlock(self, ask: LockRequest) -> LockAnswer:
+        """Give the lock back; a lock the asker does not hold stays as it is."""
+        if self._lock is not None and self._lock.owner == ask.owner:
+            self._lock = None
+        return LockAnswer(held=False, lock=self._lock)
 
     @workflow.query(name=GATE_QUERY)
     def gate(self) -> GateView:
@@ -518,6 +554,7 @@ class GateWorkflow:
             released=self._released,
             lease_ms=self._lease_ms,
             shares=self._shares if self._fair else None,
+            lock=self._lock,
         )
 
     # -- signals out ---------------------------------------------------------------

@@ -68,6 +68,9 @@ PAUSE_UPDATE = "pause"
 RESUME_UPDATE = "resume"
 RESERVE_UPDATE = "reserve"
 ADMIT_UPDATE = "admit"
+# A gate held by one owner at a time (a workspace's single daemon), with a lease.
+LOCK_UPDATE = "lock"
+UNLOCK_UPDATE = "unlock"
 GATE_QUERY = "gate"
 GATE_MEMO = "gate"
 # JobWorkflow's side of the lease protocol.

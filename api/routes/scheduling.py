@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path
+from fastapi import APIRouter, Body, Path, Query, Response
 
 from api.deps import Authorized, GatesDep
 from api.gate_service import (
@@ -13,6 +13,8 @@ from api.gate_service import (
     GroupPatch,
     GroupView,
     PoolCapacity,
+    PoolLock,
+    PoolLockAsk,
     PoolView,
     Requeued,
     TargetView,
@@ -96,6 +98,29 @@ async def set_pool(pool: PoolName, body: PoolCapacity, gates: GatesDep) -> PoolV
     Lowering the capacity stops admissions until in_use is below it; it never stops a
     running job."""
     return await gates.set_pool(pool, body)
+
+
+@router.post(
+    "/pools/{pool}/lock",
+    response_model=PoolLock,
+    responses={409: {"description": "Another owner holds it: `owner`, `since`, `expires_at`"}},
+)
+async def lock_pool(pool: PoolName, ask: PoolLockAsk, gates: GatesDep) -> PoolLock:
+    """Take the pool's lock for `owner`, or renew it (the owner asking again). One
+    owner at a time: a lock another owner holds is a 409 naming it, until that owner
+    goes `ttl_s` without renewing; then it is taken over."""
+    return await gates.lock_pool(pool, ask)
+
+
+@router.delete("/pools/{pool}/lock", status_code=204)
+async def unlock_pool(
+    pool: PoolName,
+    gates: GatesDep,
+    owner: Annotated[str, Query(min_length=1, max_length=200, description="Its holder")],
+) -> Response:
+    """Give the pool's lock back, if `owner` holds it (else nothing changes)."""
+    await gates.unlock_pool(pool, owner)
+    return Response(status_code=204)
 
 
 # -- targets -----------------------------------------------------------------------------

@@ -227,6 +227,77 @@ def test_an_enqueued_run_is_queued_then_the_daemon_runs_it_and_status_says_so(
     assert one_error(second, 1).startswith(f"error: a daemon already serves {workspace} ")
 
 
+STARTED = "[RF:DAEMON=STARTED"
+
+
+def test_of_two_daemons_started_at_once_one_runs_and_a_killed_ones_lock_is_taken_over(
+    env: dict[str, str], workspace: Path, tmp_path: Path
+) -> None:
+    """The workspace's lock is taken in one update at its pool: of two daemons started
+    together exactly one runs, the other exits 1 naming it. A daemon killed outright
+    keeps the lock until its ttl passes unrenewed; then a new daemon takes it over, and
+    one that was only cut off stops when it comes back."""
+    env = {**env, "RUNFORGE_LOCK_TTL_S": "4"}
+    argv = [PYTHON, "-m", "worker.runforge_cli", "daemon", "--workspace", str(workspace)]
+    procs: list[Proc] = []
+
+    def spawn() -> Proc:
+        proc = harness.spawn(argv, tmp_path / f"daemon-{len(procs)}.log", env)
+        procs.append(proc)
+        return proc
+
+    def settled(proc: Proc) -> bool:
+        return STARTED in proc.output() or proc.process.poll() is not None
+
+    def refused_by(proc: Proc, holder: Proc, *, ran: bool = False) -> None:
+        assert proc.process.wait(60) == 1, proc.output()
+        errors = [line for line in proc.output().splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1, proc.output()
+        named = f"error: a daemon already serves {workspace} (pid {holder.process.pid} on "
+        assert errors[0].startswith(named), errors[0]
+        assert ", locked since " in errors[0]
+        assert (STARTED in proc.output()) == ran
+
+    try:
+        pair = [spawn(), spawn()]
+        wait_until(lambda: all(map(settled, pair)), timeout=90, what="both daemons to settle")
+        running = [proc for proc in pair if STARTED in proc.output()]
+        assert len(running) == 1, [proc.output() for proc in pair]
+        (first,) = running
+        (second,) = [proc for proc in pair if proc is not first]
+        refused_by(second, first)
+        assert first.process.poll() is None
+
+        first.kill()
+        refusals: list[Proc] = []
+
+        def next_daemon_runs() -> Proc | None:
+            proc = spawn()
+            wait_until(lambda: settled(proc), timeout=60, what="a new daemon to settle")
+            if STARTED in proc.output():
+                return proc
+            refusals.append(proc)
+            return None
+
+        taker: Proc = wait_until(next_daemon_runs, timeout=120, what="the lock taken over")
+        for proc in refusals:  # refused only while the killed daemon's ttl ran
+            refused_by(proc, first)
+        refused_by(spawn(), taker)
+
+        # A daemon cut off past its ttl (stopped, not killed) finds its lock taken over
+        # when it comes back: it stops, and exits 1 naming the new holder.
+        taker.process.send_signal(signal.SIGSTOP)
+        refusals.clear()
+        third: Proc = wait_until(next_daemon_runs, timeout=120, what="the lock taken over")
+        taker.process.send_signal(signal.SIGCONT)
+        refused_by(taker, third, ran=True)
+        assert "the workspace lock was taken over by pid " in taker.output()
+        assert third.process.poll() is None
+    finally:
+        for proc in procs:
+            proc.stop(timeout=30)
+
+
 def test_a_daemon_takes_only_its_own_workspaces_runs(
     env: dict[str, str],
     hub: Api,
@@ -354,6 +425,9 @@ def test_the_daemon_stops_gracefully_on_sigterm_letting_its_running_run_finish(
     line = daemon_line(ok(rf(env, "queue-status", "--workspace", str(workspace))))
     assert line.startswith(f"daemon: stopped pid={daemon.process.pid} ")
     assert line.endswith("(unhealthy)")
+    # It gave the workspace's lock back: the next daemon starts at once (the lock's ttl,
+    # 30 s, has not passed since its last renewal).
+    start_daemon(workspace, 1)
 
 
 def test_pausing_a_group_stops_new_starts_while_its_running_runs_finish(
