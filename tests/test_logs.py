@@ -120,3 +120,18 @@ def test_an_agents_upload_is_idempotent_per_offset(
     assert other.status_code == 409
     bad = hub.http.post(f"/api/jobs/{job_id}/logs", json={"worker_id": "agent-l", "attempt": 0})
     assert bad.status_code == 422
+    # A lone surrogate cannot be stored as UTF-8: a 422 naming the line, not a 500.
+    surrogate = hub.http.post(
+        f"/api/jobs/{job_id}/logs",
+        content=json.dumps(
+            {
+                "worker_id": "agent-l",
+                "attempt": 1,
+                "offset": end,
+                "lines": [{"stream": "stdout", "text": "\ud800"}],
+            }
+        ),
+        headers={"Content-Type": "application/json"},
+    )
+    assert surrogate.status_code == 422, surrogate.text
+    assert surrogate.json()["detail"][0]["field"] == "lines.0.text"

@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from api.deps import Authorized, ConfigDep, JobsDep
 from engine import log_store
@@ -38,6 +38,20 @@ class JobLog(BaseModel):
     next_offset: int = Field(description="Pass as `offset` to read only what follows")
 
 
+def _utf8(text: str) -> str:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("is not valid UTF-8 (a lone surrogate?)") from None
+    return text
+
+
+class UploadedLine(LogLine):
+    """A line as an agent sends it: text the log file can hold (UTF-8)."""
+
+    text: Annotated[str, AfterValidator(_utf8)]
+
+
 class LogUpload(BaseModel):
     """`POST /api/jobs/{id}/logs`: a chunk of an agent's attempt output."""
 
@@ -46,7 +60,7 @@ class LogUpload(BaseModel):
     worker_id: Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
     attempt: Annotated[int, Field(strict=True, ge=1)]
     offset: Annotated[int, Field(strict=True, ge=0, description="Bytes stored before it")]
-    lines: Annotated[list[LogLine], Field(max_length=UPLOAD_LINES_MAX)]
+    lines: Annotated[list[UploadedLine], Field(max_length=UPLOAD_LINES_MAX)]
 
 
 class Uploaded(BaseModel):
