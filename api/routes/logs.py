@@ -156,9 +156,10 @@ async def upload_logs(job_id: JobId, body: LogUpload, jobs: JobsDep, config: Con
             id=job_id,
         )
     logs = config.logs
+    lines: list[LogLine] = list(body.lines)
     try:
         after = log_store.append_at(
-            logs.root, job_id, body.attempt, body.offset, body.lines, logs.log_max_bytes
+            logs.root, job_id, body.attempt, body.offset, lines, logs.log_max_bytes
         )
     except ValueError as err:
         raise JobConflict(
