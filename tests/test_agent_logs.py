@@ -90,7 +90,9 @@ def test_an_agents_solver_output_is_uploaded_while_it_runs_and_kept_byte_for_byt
         first_two, timeout=30, what="the first lines uploaded while the solver runs"
     )
     assert sorted(early) == [("stderr", "err 1"), ("stdout", "out 1")]
-    assert hub.job(job_id)["status"] == "running"
+    # The solver waits for the gate: the lines came while it runs. Its first heartbeat
+    # (which makes the job running) travels apart from the upload, and may come second.
+    hub.wait_status(job_id, "running", timeout=30)
     gate.touch()
     job = hub.wait_status(job_id, "completed", timeout=60)
 
