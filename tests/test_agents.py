@@ -434,4 +434,9 @@ def test_the_agent_env_example_names_every_setting_and_an_agent_runs_from_it(
     env = {k: v for k, v in base_env(temporal).items() if k not in agent_variables()}
     proc = spawn(["agent", "--env-file", str(env_file)], env)
     assert proc.process.wait(timeout=60) == 0, proc.output()
-    assert worker_id in {w["worker_id"] for w in hub.http.get("/api/workers").json()}
+    # The record's row reaches visibility (and its memo) a moment after registering.
+    wait_until(
+        lambda: worker_id in {w["worker_id"] for w in hub.http.get("/api/workers").json()},
+        timeout=30,
+        what=f"{worker_id} listed",
+    )
