@@ -127,9 +127,14 @@ def test_an_intent_is_admitted_dispatched_run_by_the_addons_worker_and_done(
     ]
     running = got["events"][3 + denied]
     assert running["lease_id"] == lease and running["worker_id"] == "addon-worker-1"
-    assert [
-        row["job_id"] for row in ok(hub.http.get(f"{BASE}/jobs", params={"state": "DONE"}))
-    ].count(job_id) == 1
+
+    def listed_done() -> list[str]:
+        rows = ok(hub.http.get(f"{BASE}/jobs", params={"state": "DONE"}))
+        return [row["job_id"] for row in rows]
+
+    # The list reads visibility, which holds the DONE a moment after the job's own read.
+    wait_until(lambda: job_id in listed_done(), timeout=30, what="DONE listed")
+    assert listed_done().count(job_id) == 1
 
 
 def test_admission_only_denies_with_retry_after_and_queues_nothing(hub: Api, addon: str) -> None:
