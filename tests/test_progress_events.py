@@ -284,7 +284,7 @@ def test_beyond_the_cap_running_jobs_are_read_in_turns(
     api = fast_hub.api
     stream = Stream(api, fast_hub.job_type, lambda _: False)
     stream.start()
-    solver = make_solver(STEADY_SOLVER)
+    solver = make_solver(LONG_STEADY_SOLVER)
     ids = [api.submit(**solver.spec(fast_hub.job_type, params={"n": n})) for n in range(2)]
     stream.done = lambda events: all(completed(job_id)(events) for job_id in ids)
     stream.finish()
