@@ -168,40 +168,35 @@ async def test_a_target_job_that_is_not_taken_keeps_its_place_in_the_targets_ord
     assert a.attempts == 1 and b.attempts == 1
 
 
-async def test_a_deadline_before_the_dispatch_timeout_still_fails_the_job(
-    harness: Harness,
-) -> None:
-    gates = gates_for(harness)
+async def failed_at_deadline(harness: Harness, dispatch_timeout_ms: int, left_ms: int) -> Job:
+    """A pool job nobody takes, whose deadline is `left_ms` away: it closes Failed,
+    deadline_exceeded (the job as it ended)."""
     handle = await submit(
         harness,
-        gates,
+        gates_for(harness),
         queue=unserved(),
         pool="p",
-        dispatch_timeout_ms=60_000,
-        deadline_at=now_ms() + 1500,
+        dispatch_timeout_ms=dispatch_timeout_ms,
+        deadline_at=now_ms() + left_ms,
     )
     assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
     job = await harness.job(handle)
     assert job.fail_reason == ErrorType.DEADLINE_EXCEEDED
+    return job
+
+
+async def test_a_deadline_before_the_dispatch_timeout_still_fails_the_job(
+    harness: Harness,
+) -> None:
+    job = await failed_at_deadline(harness, dispatch_timeout_ms=60_000, left_ms=1500)
     assert timeouts(job) == 0
 
 
 async def test_dispatch_timeouts_until_the_deadline_then_the_job_fails_deadline_exceeded(
     harness: Harness,
 ) -> None:
-    gates = gates_for(harness)
-    handle = await submit(
-        harness,
-        gates,
-        queue=unserved(),
-        pool="p",
-        dispatch_timeout_ms=300,
-        # Room for many 300 ms rounds even on a loaded machine (two are asked for).
-        deadline_at=now_ms() + 8000,
-    )
-    assert await harness.closed(handle) == WorkflowExecutionStatus.FAILED
-    job = await harness.job(handle)
-    assert job.fail_reason == ErrorType.DEADLINE_EXCEEDED
+    # Room for many 300 ms rounds even on a loaded machine (two are asked for).
+    job = await failed_at_deadline(harness, dispatch_timeout_ms=300, left_ms=8000)
     assert timeouts(job) >= 2 and job.attempts == 0
 
 
