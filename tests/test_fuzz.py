@@ -7,6 +7,7 @@ Never a 5xx, and the token never reaches the API's log.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,17 +75,85 @@ def fuzz_api(
     server.stop()
 
 
+# Jobs the fuzz's requests name, one set per design, made before it starts.
+TENANT = "fuzz"
+TARGET = "fuzz-target"
+YEAR_S = 365 * 24 * 3600
+
+
+def created(response: httpx.Response, key: str) -> str:
+    assert response.status_code in (200, 201), response.text
+    made: str = response.json()[key]
+    return made
+
+
+def fuzz_config(api: Api) -> str:
+    """The schemathesis config: a real job for every route that takes one, of the design
+    whose routes name it (another design's job is a 404 there by design), so that every
+    route is fuzzed past its 404.
+
+    003's delete takes a job of its own (a pending one: a 409 until it is stopped), so
+    that deleting it leaves the job the other 003 routes read. Neither cleanup deletes
+    a job the run made (`older_than_s`: a year): their `statuses` and `type` are fuzzed,
+    and every job the other routes name stays there, whatever state the fuzz left it in.
+    """
+    http = api.http
+    job = api.submit(type="fuzz-target")
+    intent = created(
+        http.post(
+            "/api/system/scheduler/queue/jobs/submit",
+            json={"addon_id": "fuzz", "job_type": "fuzz", "cost_units": 1},
+        ),
+        "job_id",
+    )
+    simulation = {"image": "fuzz:1", "config_path": "fuzz.json"}
+    read = created(http.post("/run-simulation", json=simulation), "job_id")
+    deleted = created(http.post("/run-simulation", json=simulation), "job_id")
+    target_job = created(
+        http.post(f"/targets/{TARGET}/jobs", json={"type": "fuzz"}, headers={"X-Tenant": TENANT}),
+        "id",
+    )
+    operations = [
+        (r"^/api/system/scheduler/queue/jobs/\{job_id\}", {"path.job_id": intent}),
+        (
+            r"^/(status|job-info|file-logs|logs|progress|result|stop|ops/jobs)/\{job_id\}",
+            {"path.job_id": read},
+        ),
+        (r"^/job/\{job_id\}$", {"path.job_id": deleted}),
+        (r"^/api/agent/job-status$", {"body.job_id": read}),
+        (
+            r"^/targets/\{target_id\}/jobs",
+            {
+                "path.target_id": TARGET,
+                "path.job_id": target_job,
+                "header.X-Tenant": TENANT,
+                "query.tenant": TENANT,
+            },
+        ),
+        (r"^(/api/ops/cleanup|/ops/queue/cleanup)$", {"body.older_than_s": YEAR_S}),
+    ]
+    lines = ["[parameters]", f'"path.job_id" = "{job}"']
+    for regex, parameters in operations:
+        lines += [
+            "",
+            "[[operations]]",
+            f"include-path-regex = {json.dumps(regex)}",
+            "[operations.parameters]",
+        ]
+        lines += [f'"{name}" = {json.dumps(value)}' for name, value in parameters.items()]
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.timeout(scale(300, 1900))
 def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
     """schemathesis, every check, every phase but stateful, authenticated.
 
-    `{job_id}` is a real job (of a type no worker serves), so the job and worker routes
-    are fuzzed past their 404: read, cancelled, then heartbeats, results and failures
-    from workers that do not hold it.
+    Every `{job_id}` is a real job (of a type no worker serves; `fuzz_config`), so the
+    job, worker and design routes are fuzzed past their 404: read, cancelled, then
+    heartbeats, results and failures from workers that do not hold it.
     """
-    job_id = fuzz_api.submit(type="fuzz-target")
     config = tmp_path / "schemathesis.toml"
-    config.write_text(f'[parameters]\n"path.job_id" = "{job_id}"\n')
+    config.write_text(fuzz_config(fuzz_api))
     run = subprocess.run(
         [
             str(Path(sys.executable).with_name("schemathesis")),
@@ -126,7 +195,10 @@ def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
         timeout=scale(150, 1800),
         check=False,
     )
-    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
+    (tmp_path / "schemathesis.out").write_text(run.stdout + run.stderr)
+    # A reproduction's body can be megabytes: each line cut short, so every failure shows.
+    report = "\n".join(line[:400] for line in run.stdout.splitlines())
+    assert run.returncode == 0, report[-30000:] + run.stderr[-5000:]
 
 
 def routes(api: Api) -> list[tuple[str, str]]:
