@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,7 +107,7 @@ def _allowed(request: Request) -> str:
     /api/jobs has one route per method, so its 405 `Allow` missed methods.
     """
     scope = {"type": "http", "path": request.url.path, "root_path": "", "method": "GET"}
-    methods: set[str] = set()
+    by_template: dict[str, set[str]] = {}
     pending = list(request.app.router.routes)
     while pending:
         route = pending.pop()
@@ -116,8 +117,18 @@ def _allowed(request: Request) -> str:
         elif isinstance(route, APIRoute | Route) and route.methods:
             match, _ = route.matches(scope)
             if match != Match.NONE:
-                methods |= route.methods
-    return ", ".join(sorted(methods)) or "GET, HEAD"
+                by_template.setdefault(route.path, set()).update(route.methods)
+    if not by_template:
+        return "GET, HEAD"
+    # The resource is the most specific template that matches: /jobs/submit, not
+    # /jobs/{job_id} with job_id "submit"; /targets/{t}/resume, not /targets/{t:path}.
+    resource = max(by_template, key=_literal_length)
+    return ", ".join(sorted(by_template[resource]))
+
+
+def _literal_length(template: str) -> int:
+    """How much of a path template is fixed text, not parameters."""
+    return len(re.sub(r"\{[^}]*\}", "", template))
 
 
 def install(app: FastAPI) -> None:

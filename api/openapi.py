@@ -81,6 +81,9 @@ def document(app: FastAPI) -> None:
                     add("409", "The job has ended (fail), or cannot be re-queued in its state")
                 if path.endswith("/requeue"):
                     add("410", "The job is past the namespace's retention: its record is gone")
+                if path.startswith("/api/targets/{target}"):
+                    # Any name but one with a line break, which no route matches.
+                    add("404", "No route for this target name (it holds a line break)")
                 if path.startswith("/api/targets/") and method == "post":
                     add("409", "The halting job can no longer be retried")
                 if method in ("post", "delete") and path.startswith("/api/jobs"):

@@ -217,6 +217,9 @@ def test_the_dashboard_page_and_its_assets_are_served_without_a_token(api: Api) 
         ("GET", "/api/jobs/claim", "POST"),
         ("PUT", f"/api/jobs/{'a' * 32}", "DELETE, GET"),
         ("GET", f"/api/jobs/{'a' * 32}/result", "POST"),
+        # The most specific route is the resource, not a parameter that swallows the rest.
+        ("OPTIONS", "/api/system/scheduler/queue/jobs/submit", "POST"),
+        ("OPTIONS", "/api/targets/gpu-0/resume", "POST"),
     ],
 )
 def test_a_method_a_path_does_not_serve_answers_405_naming_the_ones_it_does(

@@ -92,6 +92,11 @@ def test_cleanup_deletes_old_closed_jobs_of_a_type_with_their_logs(
     assert kept.json() == {"deleted": 0}
     bad = api.http.post("/api/ops/cleanup", json={"older_than_s": 0, "statuses": ["running"]})
     assert bad.status_code == 422 and "statuses" in bad.text
+    # An age that is no number, or so large that its cutoff is before year 1: a 422.
+    for path in ("/api/ops/cleanup", "/ops/queue/cleanup"):
+        for age in (False, "60", 1e300):
+            bad = api.http.post(path, json={"older_than_s": age})
+            assert bad.status_code == 422 and "older_than_s" in bad.text, (path, age, bad.text)
 
     run = jobforge(api.url, "ops", "cleanup", "--older-than", "0s", "--type", job_type)
     assert run.returncode == 0, run.stderr

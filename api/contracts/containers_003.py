@@ -48,6 +48,7 @@ from api.deps import BridgeDep, ConfigDep, JobsDep, Services, WorkersDep
 from api.job_service import LIST_LIMIT_MAX, JobService, job_id_for_key
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
+from api.routes.ops import CleanupAge
 from api.worker_directory import WorkerView
 from engine import log_store
 from workflows.contract_states import state_name
@@ -146,7 +147,7 @@ class OpsIn(BaseModel):
 class CleanupIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    older_than_s: Annotated[float | None, Field(ge=0)] = Field(
+    older_than_s: CleanupAge | None = Field(
         default=None, description="Also delete ended simulations older than this (added)"
     )
 

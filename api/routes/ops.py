@@ -27,12 +27,16 @@ class FailBody(BaseModel):
     reason: Annotated[str, Field(min_length=1, max_length=500)]
 
 
+# Strict: `false` is no age. At most ten years, so the cutoff is a date Python can hold.
+CleanupAge = Annotated[float, Field(ge=0, le=10 * 365 * 24 * 3600, strict=True)]
+
+
 class CleanupBody(BaseModel):
     """`POST /api/ops/cleanup`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    older_than_s: Annotated[float, Field(ge=0, le=10 * 365 * 24 * 3600)]
+    older_than_s: CleanupAge
     statuses: list[JobStatus] = Field(default_factory=list, description="Ended statuses")
     type: Annotated[str | None, Field(pattern=TYPE_PATTERN, description="Only this type")] = None
 
