@@ -84,6 +84,10 @@ def document(app: FastAPI) -> None:
                 if path.startswith("/api/targets/{target}"):
                     # Any name but one with a line break, which no route matches.
                     add("404", "No route for this target name (it holds a line break)")
+                if path.startswith(("/ops/jobs/", "/targets/{target_id}/jobs/")):
+                    add("409", "The job's state does not allow it (see the message)")
+                if path == "/job/{job_id}" and method == "delete":
+                    add("409", "The job has not ended: stop it first")
                 if path.startswith("/api/targets/") and method == "post":
                     add("409", "The halting job can no longer be retried")
                 if method in ("post", "delete") and path.startswith("/api/jobs"):

@@ -203,8 +203,9 @@ def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
             NOT_FUZZED,
             "--max-examples",
             str(scale(5, 100)),
+            # A pause or a capacity cut answers once every holder has (at most 30 s).
             "--request-timeout",
-            "30",
+            "60",
             # One worker: with two threads, hypothesis's ast.parse can hit CPython 3.11's
             # "AST constructor recursion depth mismatch" (gh-106905), a runtime error of
             # the tool that a full-load run met once.

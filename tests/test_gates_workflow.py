@@ -241,6 +241,26 @@ async def test_a_pause_recalls_unclaimed_leases_and_keeps_claimed_ones(
     await gate_until(gates, GateKind.GROUP, "g", lambda v: v.holders == [queued.id], "re-granted")
 
 
+async def test_a_pause_is_answered_by_a_holder_that_never_asked_for_its_lease(
+    harness: Harness,
+) -> None:
+    gates = gates_for(harness)
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    handle = await harness.submit()  # a job of no group
+    await harness.wait_status(handle, JobStatus.RUNNING)
+    # The group records a lease the job never asked for (a stray record, as a lost
+    # request leaves): the recall must still be answered, and the record go.
+    await gates.admit(handle.id, JobSpec(type="in-process", group="g"), now_ms())
+    await gate_until(gates, GateKind.GROUP, "g", lambda v: v.holders == [handle.id], "stray")
+
+    view = await gates.pause(GateKind.GROUP, "g")
+
+    assert view.holders == []  # without the answer: still there, after 30 s
+    release.set()
+    await harness.wait_status(handle, JobStatus.COMPLETED)
+
+
 async def test_max_parallel_caps_the_groups_leases(harness: Harness) -> None:
     gates = gates_for(harness)
     await gates.configure(GateKind.GROUP, "g", GatePatch(max_parallel=1))

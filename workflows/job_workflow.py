@@ -109,6 +109,9 @@ HOST_PINNING_PATCH = "host-pinning"
 # marker and the SDK's TemporalChangeVersion upsert. Runs recorded while this was the
 # patch below (never released; tests/histories/*-v5) replay by its marker.
 STOP_WAITS_FOR_WORK_PATCH = "stop-waits-for-the-work"
+# A recall from a gate whose lease the job does not hold, and that it is not waiting
+# for, is answered (a pause waited out its 30 s for it); only such a job records it.
+RECALL_ANSWERED_PATCH = "recall-always-answered"
 # Dispatch timeout: an attempt a job schedules while it holds leases may wait that long
 # for a worker to take it (its schedule-to-start timeout; Temporal either starts it or
 # times it out, never both). Not taken: the leases go back, no attempt is counted, and
@@ -784,6 +787,15 @@ class JobWorkflow:
                     self._job.waits.append(Wait(reason=WaitingFor.GROUP_PAUSED, at=_now_ms()))
                 await workflow.get_external_workflow_handle(gate_workflow_id).signal(
                     RELEASE_SIGNAL, GateRelease(job_id=self._job.id, outcome="recalled")
+                )
+            elif workflow.patched(RECALL_ANSWERED_PATCH):
+                # Not asked: the gate's record is stray, and goes (a grant on its way is
+                # given back when it lands). Asked but past pending: the grant lands
+                # and is given back with the job's others.
+                unasked = gate_workflow_id not in self._asked
+                outcome: ReleaseOutcome = "cancelled" if unasked else "kept"
+                await workflow.get_external_workflow_handle(gate_workflow_id).signal(
+                    RELEASE_SIGNAL, GateRelease(job_id=self._job.id, outcome=outcome)
                 )
             return
         job = self._job

@@ -140,7 +140,7 @@ class Host(BaseModel):
 class OpsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    force: bool = False
+    force: Annotated[bool, Field(strict=True)] = False
     reason: Annotated[str | None, Field(min_length=1, max_length=500)] = None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, Response
+from fastapi import APIRouter, Body, HTTPException, Path, Query, Response, status
 
 from api.deps import Authorized, GatesDep
 from api.gate_service import (
@@ -125,6 +125,8 @@ async def unlock_pool(
 
 # -- targets -----------------------------------------------------------------------------
 
+_RESUME = "/resume"
+
 
 @router.get("/targets", response_model=list[TargetView])
 async def list_targets(gates: GatesDep) -> list[TargetView]:
@@ -135,6 +137,8 @@ async def list_targets(gates: GatesDep) -> list[TargetView]:
 @router.get("/targets/{target:path}", response_model=TargetView)
 async def get_target(target: TargetName, gates: GatesDep) -> TargetView:
     """A serial target: halted (and by which job), running and pending counts."""
+    if target.endswith(_RESUME):  # GET .../resume is the resume route's, not a name
+        raise HTTPException(status.HTTP_405_METHOD_NOT_ALLOWED)
     return await gates.target(target)
 
 

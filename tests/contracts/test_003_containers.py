@@ -304,6 +304,8 @@ def test_ops_override_the_designs_transitions_only_with_force(sims: Sims, hub: A
     queued = sims.run()["job_id"]
     refused = hub.http.post(f"/ops/jobs/{queued}/fail")
     assert refused.status_code == 409 and "force" in refused.text
+    not_a_flag = hub.http.post(f"/ops/jobs/{queued}/fail", json={"force": 1})
+    assert not_a_flag.status_code == 422 and "force" in not_a_flag.text
     forced = ok(hub.http.post(f"/ops/jobs/{queued}/fail", params={"force": "true"}))
     assert forced["status"] == "failed"
 
