@@ -793,9 +793,11 @@ class JobWorkflow:
                 # given back when it lands). Asked but past pending: the grant lands
                 # and is given back with the job's others.
                 unasked = gate_workflow_id not in self._asked
-                outcome: ReleaseOutcome = "cancelled" if unasked else "kept"
+                answer = GateRelease(
+                    job_id=self._job.id, outcome="cancelled" if unasked else "kept"
+                )
                 await workflow.get_external_workflow_handle(gate_workflow_id).signal(
-                    RELEASE_SIGNAL, GateRelease(job_id=self._job.id, outcome=outcome)
+                    RELEASE_SIGNAL, answer
                 )
             return
         job = self._job
