@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -507,6 +508,57 @@ async def test_raising_a_pools_capacity_admits_at_once(harness: Harness) -> None
     view = await gates.configure(GateKind.POOL, "p", GatePatch(capacity=5))
     assert view.settings.capacity == 5
     await harness.wait_status(handle, JobStatus.COMPLETED)
+
+
+@ADMIT
+async def test_a_pools_capacity_lowered_below_its_leases_recalls_the_unclaimed_ones(
+    harness: Harness, admit: bool
+) -> None:
+    """Leases granted while the pool was larger (002: runs enqueued before their
+    workspace's daemon set its max_parallel) come back at the cut, except a claimed
+    one's; then the pool holds its new capacity and shares it between groups."""
+    gates = gates_for(harness)  # the default capacity, 100: room for every job
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    running = await submit(harness, gates, pool="p", group="a", admit=admit)
+    await harness.wait_status(running, JobStatus.RUNNING)
+    # Four more, the whole of group a first, on a queue nobody polls yet: each holds its
+    # lease, its attempt waiting in that queue.
+    queue = f"later-{uuid.uuid4().hex[:8]}"
+    later = {}
+    for group in "aabb":
+        spec = JobSpec(type="in-process", pool="p", group=group)
+        handle = await harness.submit(
+            spec=spec, gates=gates, activity_task_queue=queue, admit=admit
+        )
+        later[handle.id] = group
+    await gate_until(gates, GateKind.POOL, "p", lambda v: v.in_use == 5, "five leases")
+
+    view = await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
+
+    # The answer comes once the unclaimed leases are back: the running job keeps its own.
+    assert (view.in_use, view.holders, view.waiting) == (1, [running.id], 4)
+    for handle in harness.handles[1:]:
+        job = await harness.job(handle)
+        assert (job.status, job.attempts) == (JobStatus.PENDING, 0)  # a recall is no attempt
+        assert job.waiting_for == WaitingFor.POOL_CAPACITY
+    release.set()
+    async with Worker(
+        harness.client,
+        task_queue=queue,
+        activities=[harness.stand_in.run_job],
+        max_heartbeat_throttle_interval=timedelta(milliseconds=100),
+    ):
+        done = [await harness.wait_status(h, JobStatus.COMPLETED) for h in harness.handles]
+    # One at a time (each claimed once the one before had completed), the groups in turn.
+    ran = sorted(done, key=lambda job: job.claimed_at or 0)
+    for before, after in itertools.pairwise(ran):
+        assert before.completed_at is not None and after.claimed_at is not None
+        assert after.claimed_at >= before.completed_at
+    order = [later[job.id] for job in ran[1:]]
+    assert all(x != y for x, y in itertools.pairwise(order)), order
+    view = await gate_until(gates, GateKind.POOL, "p", lambda v: v.in_use == 0, "all back")
+    assert view.waiting == 0
 
 
 async def test_a_waiting_job_that_is_cancelled_leaves_the_queue(harness: Harness) -> None:

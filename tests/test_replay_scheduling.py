@@ -35,6 +35,10 @@ committed (see git history).
   (assigned → stop_requested → stopped, its work gone); a pool job with
   `requeue_stale_claims` whose first claim the bridge ended `claim_expired` (back to
   pending, uncounted), then completed. Both granted at submit.
+- `-v10`: a pool whose capacity was cut below what it had leased (POOL_RECALL_PATCH, in
+  the gate's history beside FAIR_SHARES_PATCH) recalled the leases no worker had
+  claimed, then granted them again by fair shares, up to its continue-as-new; and one
+  of those jobs, granted at submit, recalled, granted again and completed.
 """
 
 from __future__ import annotations
@@ -43,22 +47,23 @@ import asyncio
 import base64
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, Worker
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows.errors import ErrorType
-from workflows.gate_models import GateSettings
-from workflows.gate_workflow import FAIR_SHARES_PATCH, GateWorkflow
+from workflows.gate_models import GateKind, GatePatch, GateSettings
+from workflows.gate_workflow import FAIR_SHARES_PATCH, POOL_RECALL_PATCH, GateWorkflow
 from workflows.job_states import JobStatus
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
@@ -69,11 +74,11 @@ from workflows.job_workflow import (
     JobWorkflow,
 )
 from workflows.models import JobSpec
-from workflows.names import GRANT_SIGNAL
+from workflows.names import GRANT_SIGNAL, RECALL_SIGNAL
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v9"  # the set the recorder writes
+SUFFIX = "-v10"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -119,6 +124,10 @@ SETS = {
         "scheduled-target-stopped-while-assigned": ("JobWorkflow", "CANCELED"),
         "scheduled-claim-expired-requeued-completed": ("JobWorkflow", "COMPLETED"),
     },
+    "-v10": {
+        "gate-pool-capacity-recall-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+        "scheduled-granted-pool-recalled-completed": ("JobWorkflow", "COMPLETED"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -130,6 +139,7 @@ PATCHES: dict[str, str | None] = {
     "-v7": GRANTED_AT_SUBMIT_PATCH,
     "-v8": FAIR_SHARES_PATCH,  # in the gate's history, not a job's
     "-v9": GRANTED_AT_SUBMIT_PATCH,
+    "-v10": GRANTED_AT_SUBMIT_PATCH,  # the job's; the gate's are checked on their own
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -182,31 +192,52 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
     client = harness.client
 
     stand_in = harness.stand_in
-    gates = Gates(client, harness.task_queue, GateSettings(capacity=1))
+    # A pool at the default capacity with a group of weight 1 each side, continuing as
+    # new soon: one job runs (held), four more hold leases, their attempts on a queue
+    # nobody polls yet; then the capacity is cut to 1.
+    gates = Gates(client, harness.task_queue, GateSettings(history_limit=100))
+    release = asyncio.Event()
+    stand_in.default = stand_in.hold(release)
+    running = await harness.submit(spec=JobSpec(type="in-process", pool="p"), gates=gates)
+    await harness.wait_status(running, JobStatus.RUNNING)
+    queue = f"later-{uuid.uuid4().hex[:8]}"
+    later = [
+        await harness.submit(
+            spec=JobSpec(type="in-process", pool="p", group=group),
+            gates=gates,
+            activity_task_queue=queue,
+        )
+        for group in "aabb"
+    ]
+    view = await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
+    assert view.holders == [running.id]
+    release.set()
+    async with Worker(client, task_queue=queue, activities=[stand_in.run_job]):
+        for handle in [running, *later]:
+            await harness.wait_status(handle, JobStatus.COMPLETED)
+    await save(client, later[0].id, f"scheduled-granted-pool-recalled-completed{SUFFIX}")
+    gate_id = gates.ref(GateKind.POOL, "p").workflow_id
+    stand_in.default = stand_in.succeed()
 
-    # A target job stopped while assigned (stop_claimed): its worker ends the work.
-    gone = asyncio.Event()
-    stand_in.script[1] = stand_in.linger(gone, phases=("assigned",))
-    stopped = await harness.submit(
-        spec=JobSpec(type="in-process", target="t", stop_claimed=True), gates=gates
-    )
-    await harness.wait_status(stopped, JobStatus.ASSIGNED)
-    await stopped.execute_update(JobWorkflow.stop)
-    await stopped.cancel()
-    await harness.wait_cancelled(1)
-    gone.set()
-    await save(client, stopped.id, f"scheduled-target-stopped-while-assigned{SUFFIX}")
+    async def continued_runs() -> list[str]:
+        """The gate's runs that continued as new, oldest first (one more job each time
+        none has yet)."""
+        runs = [e async for e in client.list_workflows(f"WorkflowId = '{gate_id}'")]
+        found = sorted(
+            (e for e in runs if e.status == WorkflowExecutionStatus.CONTINUED_AS_NEW),
+            key=lambda e: e.start_time,
+        )
+        if not found:
+            await harness.submit(spec=JobSpec(type="in-process", pool="p"), gates=gates)
+        return [run.run_id for run in found]
 
-    # A pool job whose first claim the bridge ends claim_expired: back to pending, then
-    # completed.
-    stand_in.script[1] = stand_in.fail(ErrorType.CLAIM_EXPIRED, "no report", phases=("assigned",))
-    expired = await harness.submit(
-        spec=JobSpec(type="in-process", pool="p", requeue_stale_claims=True),
-        gates=gates,
-        dispatch_timeout_ms=30_000,
-    )
-    await expired.result()
-    await save(client, expired.id, f"scheduled-claim-expired-requeued-completed{SUFFIX}")
+    for run_id in await wait_until_async(continued_runs, timeout=60, what="a continue-as-new"):
+        history = await client.get_workflow_handle(gate_id, run_id=run_id).fetch_history()
+        if POOL_RECALL_PATCH in patch_ids(json.loads(history.to_json())["events"]):
+            name = f"gate-pool-capacity-recall-continued-as-new{SUFFIX}"
+            await save(client, gate_id, name, run_id)
+            return
+    raise AssertionError("no run of the gate that continued as new recalled")
 
 
 async def _cancelled(attempts: list[int]) -> bool:
@@ -240,6 +271,29 @@ def test_each_scheduled_job_history_took_the_patched_path(name: str) -> None:
     assert len(markers) == 1
     payload = markers[0]["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]
     assert json.loads(base64.b64decode(payload["data"]))["id"] == PATCHES[suffix]
+
+
+def patch_ids(events: list[dict[str, Any]]) -> list[str]:
+    """The patches whose markers a history (as JSON) recorded, in order."""
+    ids = []
+    for event in events:
+        if event["eventType"] == "EVENT_TYPE_MARKER_RECORDED":
+            payload = event["markerRecordedEventAttributes"]["details"]["patch-data"]
+            ids.append(json.loads(base64.b64decode(payload["payloads"][0]["data"]))["id"])
+    return ids
+
+
+def test_the_capacity_recall_pool_history_took_the_patched_path() -> None:
+    events = raw("gate-pool-capacity-recall-continued-as-new-v10")["events"]
+    assert isinstance(events, list)
+    assert patch_ids(events) == [FAIR_SHARES_PATCH, POOL_RECALL_PATCH]
+    signals = [
+        e["signalExternalWorkflowExecutionInitiatedEventAttributes"]["signalName"]
+        for e in events
+        if e["eventType"] == "EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED"
+    ]
+    assert signals.count(RECALL_SIGNAL) == 5  # every holder, the claimed one too
+    assert GRANT_SIGNAL in signals[signals.index(RECALL_SIGNAL) :]  # granted again
 
 
 def test_the_fair_shares_pool_history_took_the_patched_path() -> None:

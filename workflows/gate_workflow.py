@@ -12,6 +12,10 @@ signal fails, so no fault keeps capacity held for good.
 A pool grants by weighted fair shares between groups, each group's jobs by priority then
 arrival, jobs near their deadline first (`_grant_fair`); one that ran before that change
 kept its first-come order with aging until it continues as new (FAIR_SHARES_PATCH).
+A pool whose capacity is lowered below what it has leased recalls the leases no worker
+has claimed yet, as a group's pause does (POOL_RECALL_PATCH): they are granted again in
+the pool's order as room frees up, so its capacity holds from the change on, whoever got
+a lease while it was larger (002: runs enqueued before their workspace's daemon).
 
 A gate also holds a lock, one owner at a time (`lock`/`unlock` updates): a workspace's
 single daemon (002) holds its pool's. Its owner renews it; one not renewed within its
@@ -82,6 +86,10 @@ RECALL_WAIT = timedelta(seconds=30)
 # priority (aging only when its settings ask for it); one without it replays the older
 # order: priority plus aging, then arrival, across all its jobs.
 FAIR_SHARES_PATCH = "pool-fair-shares"
+# A pool run that records this marker (once, at its first capacity change below what it
+# has leased) recalls the leases no worker has claimed yet; one without it (a run from
+# before) keeps them and only stops granting until enough are given back.
+POOL_RECALL_PATCH = "pool-capacity-recall"
 
 
 def _now_ms() -> int:
@@ -189,8 +197,10 @@ class GateWorkflow:
     # -- what operators send -------------------------------------------------------
 
     @workflow.update(name=CONFIGURE_UPDATE)
-    def configure(self, patch: GatePatch) -> GateView:
-        """Change max_parallel or weight (groups) or capacity (pools), at once."""
+    async def configure(self, patch: GatePatch) -> GateView:
+        """Change max_parallel or weight (groups) or capacity (pools), at once. A pool's
+        capacity lowered below what it has leased recalls the leases no worker has
+        claimed; the answer comes once every holder has answered (as a pause's)."""
         fields = patch.applied()
         if "max_parallel" in fields:
             self._settings.max_parallel = patch.max_parallel
@@ -201,6 +211,12 @@ class GateWorkflow:
         if "aging_step_s" in fields:
             self._settings.aging_step_s = patch.aging_step_s
         self._dirty = True
+        if (
+            self._kind == GateKind.POOL
+            and self._in_use() > self._settings.capacity
+            and workflow.patched(POOL_RECALL_PATCH)
+        ):
+            await self._recall("capacity")
         return self.gate()
 
     @workflow.update(name=RESERVE_UPDATE)
@@ -270,6 +286,13 @@ class GateWorkflow:
         assigned after it."""
         self._settings.paused = True
         self._dirty = True
+        await self._recall("pause")
+        return self.gate()
+
+    async def _recall(self, why: str) -> None:
+        """Recall every lease (a holder not asked yet): each holder answers `recalled`
+        (no worker had claimed it: it is queued again in its place) or `kept`. Returns
+        once every holder asked has answered, or after RECALL_WAIT."""
         recalled = set(self._holders) - self._unanswered
         self._unanswered |= recalled
         for job_id in sorted(recalled):
@@ -279,8 +302,7 @@ class GateWorkflow:
                 lambda: not (self._unanswered & set(self._holders)), timeout=RECALL_WAIT
             )
         except TimeoutError:
-            workflow.logger.warning("pause: %d holder(s) did not answer", len(self._unanswered))
-        return self.gate()
+            workflow.logger.warning("%s: %d holder(s) did not answer", why, len(self._unanswered))
 
     @workflow.update(name=RESUME_UPDATE)
     def resume(self, how: TargetResume) -> GateView:

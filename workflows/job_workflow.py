@@ -777,7 +777,8 @@ class JobWorkflow:
 
     @workflow.signal(name=RECALL_SIGNAL)
     async def gate_recall(self, gate_workflow_id: str) -> None:
-        """A pause takes back the lease of a job no worker has claimed yet."""
+        """A gate takes back the lease of a job no worker has claimed yet: its group's
+        pause, or its pool's capacity lowered below what the pool has leased."""
         if gate_workflow_id not in self._leases:
             if gate_workflow_id in self._asked and self._job.status == JobStatus.PENDING:
                 # The grant it recalls has not arrived yet: give it back now.

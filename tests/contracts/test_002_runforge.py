@@ -5,17 +5,20 @@ rule; pause (running runs finish, no new run starts) and retry-failed."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bench import harness
@@ -477,18 +480,24 @@ def test_pausing_a_group_stops_new_starts_while_its_running_runs_finish(
     assert group_line(status, group) == f"group {group}: succeeded=4"
 
 
-def test_two_sweeps_in_one_workspace_take_turns_at_its_max_parallel(
-    env: dict[str, str], hub: Api, workspace: Path, start_daemon: Callable[[Path, int], Proc]
-) -> None:
-    start_daemon(workspace, 1)
+def enqueue_two_sweeps(env: dict[str, str], workspace: Path) -> dict[str, str]:
+    """Sweeps A and B, four runs each, the whole of A first: job id → sweep letter."""
     sweeps = {f"grp_{uuid.uuid4().hex[:10]}_{name}": name for name in ("A", "B")}
-    jobs: dict[str, str] = {}  # job id -> sweep letter
-    for group, name in sweeps.items():  # the whole of A first, then B
+    jobs: dict[str, str] = {}
+    for group, name in sweeps.items():
         runs = [{"run_id": f"{name}-{n}"} for n in range(4)]
         plan = workspace / f"plan-{name}.json"
         plan.write_text(json.dumps({"group_id": group, "workspace": str(workspace), "runs": runs}))
         out = ok(rf(env, "sweep", "--plan", str(plan), "--enqueue"))
         jobs.update(dict.fromkeys(enqueued(out).values(), name))
+    return jobs
+
+
+def test_two_sweeps_in_one_workspace_take_turns_at_its_max_parallel(
+    env: dict[str, str], hub: Api, workspace: Path, start_daemon: Callable[[Path, int], Proc]
+) -> None:
+    start_daemon(workspace, 1)
+    jobs = enqueue_two_sweeps(env, workspace)
     # A's first run holds the one slot; the seven others wait for the workspace.
     first = wait_until(
         lambda: next((r for r in jobs if hub.job(r)["status"] == "running"), None),
@@ -503,6 +512,81 @@ def test_two_sweeps_in_one_workspace_take_turns_at_its_max_parallel(
     # First come, first served would run A's four, then B's.
     assert "".join(order) == "AABABABB"
     assert faultkit.share_problems(order[1:], {"A": 1, "B": 1}) == []
+
+
+class PoolReader:
+    """Reads the workspace's pool (capacity, in_use) over and over, in a thread, until
+    stopped: what `queue-status` and the hub show meanwhile."""
+
+    def __init__(self, hub: Api, pool: str) -> None:
+        self.readings: list[tuple[int, int]] = []
+        self._http = httpx.Client(base_url=hub.url, headers=hub.http.headers, timeout=30)
+        self._pool = pool
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="pool reader", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            body = self._http.get(f"/api/pools/{self._pool}").json()
+            self.readings.append((body["capacity"], body["in_use"]))
+            self._stop.wait(0.05)
+
+    def stop(self) -> list[tuple[int, int]]:
+        self._stop.set()
+        self._thread.join(30)
+        self._http.close()
+        return self.readings
+
+
+@pytest.mark.parametrize("before", [None, 2], ids=["first-daemon", "daemon-restarted-smaller"])
+def test_runs_enqueued_before_the_daemon_take_turns_one_at_a_time_at_its_max_parallel(
+    env: dict[str, str],
+    hub: Api,
+    workspace: Path,
+    start_daemon: Callable[[Path, int], Proc],
+    before: int | None,
+) -> None:
+    """Runs enqueued while no daemon serves the workspace hold leases of its pool, as
+    large as it was (100 before any daemon, else the last daemon's max_parallel). The
+    daemon's max_parallel takes back those no worker claimed: from its start on, the
+    pool never holds more, and the sweeps take turns."""
+    pool = pool_name(workspace)
+    if before is not None:  # an earlier daemon, with a larger max_parallel, stopped
+        earlier = start_daemon(workspace, before)
+        earlier.process.send_signal(signal.SIGTERM)
+        assert earlier.process.wait(60) == 0
+    jobs = enqueue_two_sweeps(env, workspace)
+    leased = wait_until(
+        lambda: hub.http.get(f"/api/pools/{pool}").json()["in_use"],
+        timeout=30,
+        what="runs holding leases with no daemon",
+    )
+    assert leased == min(8, before or 100)
+
+    start_daemon(workspace, 1)
+
+    reader = PoolReader(hub, pool)
+    try:
+        first = wait_until(
+            lambda: next((r for r in jobs if hub.job(r)["status"] == "running"), None),
+            timeout=60,
+            what="a run to start",
+        )
+        for job_id in jobs.keys() - {first}:
+            job_when(hub, job_id, status="pending", waiting_for="pool_capacity")
+        (workspace / "release").touch()
+        done = [job_when(hub, job_id, status="completed") for job_id in jobs]
+    finally:
+        readings = reader.stop()
+    assert readings and all(cap == 1 and in_use <= 1 for cap, in_use in readings), readings
+    ran = sorted(done, key=lambda job: job["claimed_at"])
+    for earlier_run, later_run in itertools.pairwise(ran):  # one at a time
+        assert later_run["claimed_at"] >= earlier_run["completed_at"]
+    assert all(job["attempts"] == 1 for job in done)  # a lease taken back is no attempt
+    order = "".join(jobs[job["id"]] for job in ran)
+    # First come, first served would run A's four, then B's.
+    assert order in ("ABABABAB", "BABABABA"), order
 
 
 def test_retry_failed_enqueues_a_groups_failed_runs_again(
