@@ -69,10 +69,10 @@ from temporalio.worker import Replayer
 
 from bench.harness import (
     NOOP_SOLVER,
-    SECRET,
     Bench,
     CpuMeter,
     Proc,
+    api_client,
     code_version,
     connect_when_healthy,
     exit_now,
@@ -845,19 +845,8 @@ async def main_async(bench: Bench) -> None:
     worker = bench.start_noop_worker(JOB_TYPE, "bench-worker", WORKER_CORES=str(args.cores))
     meter = bench.meter(api, worker)
     server_log = bench.server.log_path or bench.server.data_dir / "temporal.log"
-    # The API (uvicorn) closes a connection idle for 5 s, httpx's default expiry: a
-    # shorter one keeps a pooled connection from being reused just as it is closed.
-    limits = httpx.Limits(
-        max_connections=args.concurrency,
-        max_keepalive_connections=args.concurrency,
-        keepalive_expiry=2.0,
-    )
-    async with httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{api_port}",
-        headers={"Authorization": f"Bearer {SECRET}"},
-        timeout=120,
-        limits=limits,
-    ) as http:
+    # Idle connections are dropped before the API closes them (hub_client.pool_limits).
+    async with api_client(api_port, timeout=120, connections=args.concurrency) as http:
         run = Run(
             bench,
             client,

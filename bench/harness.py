@@ -41,6 +41,7 @@ import httpx
 from temporalio.client import Client
 
 from worker.devserver import DevServer, free_port, wait_for_port
+from worker.hub_client import pool_limits
 
 T = TypeVar("T")
 
@@ -169,18 +170,13 @@ def jobforge(*args: str) -> list[str]:
 
 
 def api_client(port: int, *, timeout: float, connections: int | None = None) -> httpx.AsyncClient:
-    """An authenticated client of the API on 127.0.0.1:`port` (keep-alive); `connections`
-    caps its pool (default: httpx's)."""
-    pool: dict[str, Any] = {}
-    if connections is not None:
-        pool["limits"] = httpx.Limits(
-            max_connections=connections, max_keepalive_connections=connections
-        )
+    """An authenticated client of the API on 127.0.0.1:`port` (keep-alive, the pool of
+    our own clients); `connections` caps its pool (default: httpx's)."""
     return httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}",
         headers={"Authorization": f"Bearer {SECRET}"},
         timeout=timeout,
-        **pool,
+        limits=pool_limits(connections),
     )
 
 

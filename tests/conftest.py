@@ -29,6 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from bench import harness as bench
 from bench.harness import CHROMIUM, CHROMIUM_ARGS, Proc, wait_until
 from worker.devserver import DevServer, free_port, wait_for_port
+from worker.hub_client import pool_limits
 
 if TYPE_CHECKING:
     from tests.workflow_harness import Harness
@@ -211,7 +212,12 @@ def start_api(temporal: DevServer, spawn: Callable[..., Proc]) -> Iterator[Calla
         proc = spawn(["api", "--port", str(port)], base_env(temporal, **env))
         wait_for_port(port, 30, proc.process)
         url = f"http://127.0.0.1:{port}"
-        http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=30)
+        http = httpx.Client(
+            base_url=url,
+            headers={"Authorization": f"Bearer {SECRET}"},
+            timeout=30,
+            limits=pool_limits(),
+        )
         clients.append(http)
         return Api(url, proc, http)
 

@@ -25,7 +25,7 @@ from activities import container, solver
 from activities.container import WORKER_LABEL
 from engine.log_store import AttemptLog, split_lines
 from worker.host_telemetry import HostSampler
-from worker.hub_client import HubSettings
+from worker.hub_client import HubSettings, pool_limits
 from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 from workflows.errors import ErrorType, Failure
 from workflows.models import AttemptResult, ClaimedJob, Progress
@@ -76,6 +76,7 @@ class Hub:
             base_url=settings.hub.base_url,
             headers={"Authorization": f"Bearer {settings.hub.secret}"},
             timeout=httpx.Timeout(settings.claim_wait_s + 30, connect=10),
+            limits=pool_limits(),
         )
 
     async def close(self) -> None:

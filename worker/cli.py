@@ -53,6 +53,11 @@ app = typer.Typer(
 )
 command = app.command
 
+# How long the API keeps an idle connection open (API_KEEPALIVE_S), as common proxies
+# do: well above the expiry of its clients' pools (ours: hub_client.KEEPALIVE_EXPIRY_S),
+# so a client always drops an idle connection before the API closes it under a request.
+API_KEEPALIVE_S = 75
+
 
 class LogSettings(BaseSettings):
     """Logging of the long-running commands (env LOG_LEVEL)."""
@@ -127,6 +132,16 @@ def api(
             help="Port to listen on (a PaaS sets PORT).",
         ),
     ] = 8000,
+    keepalive: Annotated[
+        int,
+        typer.Option(
+            "--keepalive-s",
+            metavar="SECONDS",
+            envvar="API_KEEPALIVE_S",
+            min=1,
+            help="How long an idle connection is kept open (above every client's expiry).",
+        ),
+    ] = API_KEEPALIVE_S,
 ) -> None:
     """Run the REST API and dashboard (FORGE_INGEST_SECRET, TEMPORAL_* env)."""
     import uvicorn
@@ -143,6 +158,7 @@ def api(
         port=port,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=keepalive,
     )
     _exit(0)
 

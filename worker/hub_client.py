@@ -24,6 +24,30 @@ SECRET_FILE_NAME = "ingest-secret"
 EVENTS_PATH = "/api/jobs/events"
 # The API's largest listing page (api/job_service.py LIST_LIMIT_MAX).
 LIST_PAGE = 500
+# Our clients drop a pooled connection idle this long, before the server closes it: a
+# request sent on a connection the server closes at that moment is lost ("Server
+# disconnected without sending a response"). The API keeps one for API_KEEPALIVE_S
+# (75 s); 4 s is below uvicorn's own default too (5 s, as httpx's expiry).
+KEEPALIVE_EXPIRY_S = 4.0
+# Requests sent again, once, when the connection broke before an answer: reads, and a
+# submit under an Idempotency-Key (the same key and body give the same job, once).
+REPLAYABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+REPLAY_HEADER = "Idempotency-Key"
+
+
+def pool_limits(connections: int | None = None) -> httpx.Limits:
+    """Connection pool limits for a client of the API: httpx's own sizes (100 open, 20
+    kept), or `connections` for both, with idle ones dropped after KEEPALIVE_EXPIRY_S."""
+    return httpx.Limits(
+        max_connections=connections or 100,
+        max_keepalive_connections=connections or 20,
+        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+    )
+
+
+def replayable(method: str, headers: Mapping[str, str] | None) -> bool:
+    """Whether sending the request twice does no harm (REPLAYABLE_METHODS, REPLAY_HEADER)."""
+    return method.upper() in REPLAYABLE_METHODS or REPLAY_HEADER in httpx.Headers(headers)
 
 
 class HubSettings(BaseSettings):
@@ -90,7 +114,9 @@ class HubClient:
             raise MissingSecretError
         self._settings = settings
         headers = {"Authorization": f"Bearer {settings.secret}"} if settings.secret else {}
-        self._http = httpx.Client(base_url=settings.base_url, headers=headers, timeout=30)
+        self._http = httpx.Client(
+            base_url=settings.base_url, headers=headers, timeout=30, limits=pool_limits()
+        )
 
     def __enter__(self) -> HubClient:
         return self
@@ -101,11 +127,23 @@ class HubClient:
     def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request; an error answer or an unreachable API raises `HubError`."""
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._request(method, path, **kwargs)
         except httpx.HTTPError as err:
             raise HubUnreachableError(f"cannot reach {self._settings.base_url}: {err}") from err
         self._check(response)
         return response
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except (httpx.RemoteProtocolError, httpx.ReadError):
+            # The connection broke before an answer, most often a pooled one the server
+            # closed as the request went out (its keep-alive ran out). A request that
+            # does no harm twice is sent again, once, on a new connection; any other
+            # may have been carried out, so its caller hears of the failure.
+            if not replayable(method, kwargs.get("headers")):
+                raise
+            return self._http.request(method, path, **kwargs)
 
     def _check(self, response: httpx.Response) -> None:
         if response.status_code < 400:
