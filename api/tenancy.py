@@ -19,10 +19,11 @@ by their name.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Header, Request
+from fastapi import Depends, Header, Request
 
 from workflows.errors import GateNotFound, GroupNotFound, InvalidField, TenantForbidden
 from workflows.models import TENANT_PATTERN, JobSpec, gate_name_problem, gate_tenant
@@ -89,6 +90,9 @@ class Scope:
 
 
 EVERY = Scope(every=True, admin=True)
+# The jobs without a tenant, and nothing else (the open event stream, the designs
+# without tenants).
+NO_TENANT = Scope(every=False, tenant=None)
 
 
 def scope_of(principal: object | None, named: str | None, field: str = "X-Tenant") -> Scope:
@@ -109,6 +113,17 @@ def named_tenant(value: str | None, field: str = "X-Tenant") -> str | None:
     if not _TENANT_RE.match(value):
         raise InvalidField(field, f"{value!r} is not a tenant name")
     return value
+
+
+def tenantless_design(design: str) -> Callable[..., None]:
+    """A dependency for the routes of a design whose jobs have no tenant (001, 003): a
+    tenant's caller is refused (403), as those routes reach no tenant's jobs."""
+
+    def check(scope: Annotated[Scope, Depends(current_scope)]) -> None:
+        if not scope.reaches(None):
+            raise TenantForbidden.design(design, scope.tenant)
+
+    return check
 
 
 def current_scope(

@@ -177,6 +177,10 @@ def test_naming_another_tenant_is_a_403_and_a_bad_tenant_name_a_422_naming_it(
     # A token without a tenant reaches no tenant's jobs either.
     refused(as_(hub, "producer").get("/api/jobs", headers={"X-Tenant": acme}), 403, "X-Tenant")
 
+    # The designs without tenants reach no tenant's jobs: their routes refuse a tenant.
+    refused(owner.get("/jobs"), 403, "tenant")  # 003's list
+    refused(owner.get("/api/system/scheduler/queue/jobs"), 403, "tenant")  # 001's
+
     admin = as_(hub)
     for bad in ("bad name", "-x", "a/b", "x" * 65):
         refused(admin.post("/api/jobs", json={"type": job_type, "tenant": bad}), 422, "tenant")

@@ -236,6 +236,15 @@ class TenantForbidden(JobforgeError):  # noqa: N818 - the domain's own words
         mine = own if own is not None else "no tenant"
         super().__init__(f"{field}: tenant {named} differs from the token's ({mine})", field=field)
 
+    @classmethod
+    def design(cls, design: str, tenant: str | None) -> TenantForbidden:
+        """A tenant's caller on the routes of a design whose jobs have no tenant."""
+        err = cls("tenant", tenant, None)
+        err.message = (
+            f"tenant: design {design}'s jobs have no tenant; {tenant}'s token reaches none"
+        )
+        return err
+
 
 class GateNotFound(JobforgeError):  # noqa: N818 - the domain's own words
     """A pool or target outside the caller's tenant (a tenant's gates are its own)."""

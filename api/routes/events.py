@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from api.deps import Authorized, ConfigDep, FeedDep, bearer_ok
 from api.event_feed import JobEvent, JobProgress, ProgressSettings, key_of
-from api.tenancy import Scope, named_tenant, scope_of
+from api.tenancy import NO_TENANT, Scope, named_tenant, scope_of
 from workflows.errors import InvalidField, TenantForbidden, Unauthorized
 from workflows.job_states import JobStatus
 from workflows.models import TYPE_PATTERN
@@ -72,10 +72,6 @@ def stream_access(
     raise Unauthorized("events need a bearer token or a stream token (?token=)")
 
 
-# The open stream (no token): jobs without a tenant only.
-OPEN_SCOPE = Scope(every=False, tenant=None)
-
-
 def stream_scope(
     request: Request,
     config: ConfigDep,
@@ -94,7 +90,7 @@ def stream_scope(
         return scope_of(None, named)
     if named is not None:
         raise TenantForbidden("X-Tenant", named, None)
-    return OPEN_SCOPE
+    return NO_TENANT  # the open stream
 
 
 def event_filter(
