@@ -5,6 +5,7 @@ tests/principals.py, which stands in for the token check."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import Client
 
 import bench.harness as bench
 from bench.harness import Proc, wait_until
@@ -395,6 +397,7 @@ def test_a_worker_for_one_tenant_runs_that_tenants_jobs_only(
     job_type: str,
     make_solver: Callable[[str], Solver],
     tenant_worker: Proc,
+    temporal: DevServer,
 ) -> None:
     acme, bravo = tenants
     solver = make_solver('print(json.dumps({"ok": True}))\n')
@@ -425,3 +428,25 @@ def test_a_worker_for_one_tenant_runs_that_tenants_jobs_only(
         ), job
         time.sleep(0.1)
     admin.delete(f"/api/jobs/{theirs}")
+    # The tenant costs the job path nothing: set at the start, never upserted, no marker.
+    assert asyncio.run(tenant_set_in(temporal, mine[0])) == ["started"]
+
+
+async def tenant_set_in(temporal: DevServer, job_id: str) -> list[str]:
+    """Which events of a job's history set JobforgeTenant ("started", "upsert"), and
+    "marker" for each marker."""
+    client = await Client.connect(temporal.address)
+    history = await client.get_workflow_handle(job_id).fetch_history()
+    found = []
+    for event in history.events:
+        if event.HasField("workflow_execution_started_event_attributes"):
+            fields = event.workflow_execution_started_event_attributes.search_attributes
+            if "JobforgeTenant" in fields.indexed_fields:
+                found.append("started")
+        elif event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if "JobforgeTenant" in fields.indexed_fields:
+                found.append("upsert")
+        elif event.HasField("marker_recorded_event_attributes"):
+            found.append("marker")
+    return found
