@@ -1130,7 +1130,7 @@ def check_tenants(
         for step in _steps(job):
             if step["status"] != "assigned":
                 continue
-            worker = step.get("worker_id")
+            worker = str(step.get("worker_id"))
             if worker not in workers:
                 problems.append(f"{job_id}: attempt {step.get('attempt')} by unknown {worker}")
             elif workers[worker] != tenant:

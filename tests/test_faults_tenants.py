@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness import Proc, wait_until
 from tests import faultkit
-from tests.conftest import Proc, Stack, base_env, wait_until
+from tests.conftest import Stack, base_env
 from worker.devserver import DevServer
 
 
@@ -65,7 +66,7 @@ def test_two_tenants_workers_and_agents_claim_only_their_own_tenants_jobs(
             SOLVER_CACHE_DIR=str(cache),
         )
         agent = spawn(["agent"], env)
-        wait_until(lambda agent=agent: "ready" in agent.output(), timeout=30, what="agent")
+        agent.wait_for("ready", timeout=30)
         stack.procs.append(agent)
 
     def submit_all(tenant: str | None) -> dict[str, tuple[str, str | None]]:

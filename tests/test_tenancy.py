@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +250,7 @@ def test_a_page_token_from_one_scope_returns_nothing_in_another(
     wait_until(lambda: listed(first, job_type) == mine, timeout=30, what="visibility")
 
     for order in ("recent", "priority"):
-        params = {"type": job_type, "limit": 1, "order": order}
+        params: dict[str, str | int] = {"type": job_type, "limit": 1, "order": order}
         answer = first.get("/api/jobs", params=params)
         token = ok(answer) and answer.headers["Next-Page-Token"]
         assert ok(first.get("/api/jobs", params={**params, "page_token": token}))
@@ -411,7 +412,7 @@ def test_a_worker_for_one_tenant_runs_that_tenants_jobs_only(
         return job if job["status"] == "completed" else None
 
     for job_id in mine:
-        done = wait_until(lambda job_id=job_id: ended(job_id), timeout=30, what="acme's job")
+        done = wait_until(partial(ended, job_id), timeout=30, what="acme's job")
         assert done["worker_id"] == f"worker-{acme}"
     # The session worker (no tenant) runs the job without a tenant; nobody runs bravo's.
     assert (
