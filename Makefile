@@ -41,7 +41,7 @@ lint: $(STAMP)
 
 # The fault battery at full load (CI runs it reduced, within `make test`); docs/reliability.md.
 faults: $(STAMP)
-	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_scheduling.py tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py
+	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_scheduling.py tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py tests/test_faults_tenants.py
 
 # The main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
 bench: $(STAMP)

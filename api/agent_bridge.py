@@ -34,6 +34,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.job_service import JobService
+from api.tenancy import EVERY, Scope
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings
 from engine.hosts import HostSettings
@@ -120,6 +121,7 @@ class Bridge:
         *,
         urls: bool = False,
         solver_types: list[str] | None = None,
+        tenant: str | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
@@ -130,12 +132,14 @@ class Bridge:
         are polled beside the shared ones); a claimer outside AVAILABLE_HOSTS is refused.
         `urls`: jobs that name a solver_url come too (the generic claim: a design's own
         claim takes its types' other jobs only). `solver_types`: jobs that name none
-        come only of these types; None: of every type claimed.
+        come only of these types; None: of every type claimed. `tenant`: the claimer's
+        (its scope's); it polls that tenant's queues only, and without one, the queues
+        of jobs without a tenant (docs/architecture.md, "Tenants").
         """
         hosts = self.hosts_of(worker_id, host)
         deadline = time.monotonic() + wait_s
         while True:
-            queues = await self._queues(types, hosts, container_types, urls, solver_types)
+            queues = await self._queues(types, hosts, container_types, urls, solver_types, tenant)
             remaining = deadline - time.monotonic()
             delivery = await self._wait_for_task(worker_id, queues, max(remaining, 0.0), types)
             if delivery is None:
@@ -163,6 +167,7 @@ class Bridge:
         container_types: list[str] | None = None,
         urls: bool = False,
         solver_types: list[str] | None = None,
+        tenant: str | None = None,
     ) -> list[str]:
         """The queues of the claimed types' routes (docs/architecture.md, "Routing"):
         every host queue first (a held pinned task first), then the shared ones."""
@@ -174,8 +179,9 @@ class Bridge:
         if container_types is not None:
             routes += [(t, Route.CONTAINER) for t in container_types or names]
         pinned = self._temporal.host_queue
-        queues = [pinned(t, host, route) for t, route in routes for host in hosts]
-        return queues + [self._temporal.activity_queue(t, route) for t, route in routes]
+        queues = [pinned(t, host, route, tenant) for t, route in routes for host in hosts]
+        shared = self._temporal.activity_queue
+        return queues + [shared(t, route, tenant) for t, route in routes]
 
     async def _wait_for_task(
         self, worker_id: str, queues: list[str], wait_s: float, types: list[str] | None
@@ -303,9 +309,11 @@ class Bridge:
 
     # -- heartbeat, result, fail ------------------------------------------------------
 
-    async def _held_by(self, job_id: str, worker_id: str, job: Job | None = None) -> Job:
+    async def _held_by(
+        self, job_id: str, worker_id: str, job: Job | None = None, scope: Scope = EVERY
+    ) -> Job:
         """The job, if `worker_id` holds it (`job`: a read the caller already made)."""
-        job = job or await self._jobs.get(job_id)
+        job = job or await self._jobs.get(job_id, scope)
         deadline = time.monotonic() + CLAIM_APPLY_WAIT_S
         pause = 0.02
         while job.status == JobStatus.PENDING and time.monotonic() < deadline:
@@ -313,7 +321,7 @@ class Bridge:
             # often the longer it takes (a really pending job costs a few reads).
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
-            job = await self._jobs.get(job_id)
+            job = await self._jobs.get(job_id, scope)
         if job.cancelled or job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED):
             raise _cancelled(job_id)
         if job.status not in CLAIMED or job.worker_id != worker_id:
@@ -332,9 +340,12 @@ class Bridge:
             workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
         )
 
-    async def heartbeat(self, job_id: str, worker_id: str, progress: JsonValue) -> None:
-        """Keep the attempt alive; the first heartbeat moves the job to running."""
-        job = await self._held_by(job_id, worker_id)
+    async def heartbeat(
+        self, job_id: str, worker_id: str, progress: JsonValue, scope: Scope = EVERY
+    ) -> None:
+        """Keep the attempt alive; the first heartbeat moves the job to running. Another
+        tenant's job than `scope`'s is a 404, here and in `result` and `fail`."""
+        job = await self._held_by(job_id, worker_id, scope=scope)
         handle = self._attempt_activity(job)
         try:
             if job.status == JobStatus.ASSIGNED:
@@ -362,11 +373,12 @@ class Bridge:
         result: JsonValue,
         result_hash: str | None,
         idempotency_key: str | None,
+        scope: Scope = EVERY,
     ) -> Job:
         """Complete the attempt; the same result again is accepted and changes nothing."""
         computed = result_hash or hashlib.sha256(_canonical(result)).hexdigest()
         key = idempotency_key or computed
-        job = await self._jobs.get(job_id)
+        job = await self._jobs.get(job_id, scope)
         if job.status == JobStatus.COMPLETED:
             return self._same_result(job, key)
         job = await self._held_by(job_id, worker_id, job)
@@ -392,11 +404,13 @@ class Bridge:
             return job
         raise JobConflict("job is already completed with a different result", id=job.id)
 
-    async def fail(self, job_id: str, worker_id: str, reason: str) -> JobStatus:
+    async def fail(
+        self, job_id: str, worker_id: str, reason: str, scope: Scope = EVERY
+    ) -> JobStatus:
         """Fail the attempt: re-queued, or quarantined when attempts are used up. An
         agent that killed its solver after a stop reports reason `stopped`: the job is
         stopped (or about to be), and the report is answered with that, not a 409."""
-        job = await self._jobs.get(job_id)
+        job = await self._jobs.get(job_id, scope)
         if (
             reason.strip() == STOPPED_REASON
             and job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED)

@@ -20,6 +20,7 @@ from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
 from api.settings import ApiSettings
+from api.tenancy import Scope, current_scope
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings
 from engine.log_store import LogSettings
@@ -105,6 +106,8 @@ WorkersDep = Annotated[WorkerDirectory, Depends(get_workers)]
 FeedDep = Annotated[EventFeed, Depends(get_feed)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 ConfigDep = Annotated[Config, Depends(get_config)]
+# The tenants a caller reaches (api/tenancy.py).
+ScopeDep = Annotated[Scope, Depends(current_scope)]
 
 
 def bearer_ok(request: Request) -> bool:

@@ -17,6 +17,7 @@ from starlette.routing import Match, Route
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import (
+    GateNotFound,
     GroupNotFound,
     HostNotAvailable,
     InvalidField,
@@ -27,6 +28,7 @@ from workflows.errors import (
     PoolFull,
     TemporalCallFailed,
     TemporalUnavailable,
+    TenantForbidden,
     Unauthorized,
 )
 from workflows.host_models import WorkerNotFound
@@ -48,10 +50,12 @@ STATUS: dict[type[JobforgeError], int] = {
     JobGone: 410,
     PoolFull: 429,
     GroupNotFound: 404,
+    GateNotFound: 404,
     WorkerNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,
     HostNotAvailable: 403,
+    TenantForbidden: 403,
     TemporalUnavailable: 503,
     TemporalCallFailed: 502,
 }

@@ -316,7 +316,8 @@ class GateService:
             # The queue the API put it on: only a worker that can run it polls that
             # (a container runtime for a container job, an executor).
             route = Route.of(solver_url=job.solver_url, container=job.container)
-            if not await self._served_queue(self._temporal.activity_queue(job.type, route)):
+            queue = self._temporal.activity_queue(job.type, route, job.tenant)
+            if not await self._served_queue(queue):
                 reason = WaitingFor.EXECUTOR if route is Route.CONTAINER else WaitingFor.NO_WORKER
         return job.model_copy(update={"waiting_for": reason})
 

@@ -37,6 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import visibility
 from api.job_reads import FETCH_CONCURRENCY, JobReader
 from api.settings import PRIORITY_LIST_SPLIT, ApiSettings
+from api.tenancy import EVERY, Scope
 from engine import log_store
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings
@@ -101,9 +102,10 @@ SPEC_FIELDS = set(JobSpec.model_fields)
 REQUEUED_BY = "ops"
 
 
-def job_id_for_key(key: str) -> str:
-    """A stable job id for an idempotency key."""
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+def job_id_for_key(key: str, tenant: str | None = None) -> str:
+    """A stable job id for an idempotency key (each tenant's keys are its own)."""
+    scoped = key if tenant is None else f"{tenant}\n{key}"
+    return hashlib.sha256(scoped.encode()).hexdigest()[:32]
 
 
 def new_job_id() -> str:
@@ -151,7 +153,8 @@ class JobService:
     # -- submit --------------------------------------------------------------------
 
     async def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> Job:
-        """Start a JobWorkflow; with a key, the same key and body give the same job."""
+        """Start a JobWorkflow; with a key, the same key and body give the same job.
+        `spec.tenant` is the job's tenant as the caller's scope stamped it."""
         if spec.solver_url is not None:
             await self._check_solver_url(spec.solver_url)
         if spec.container is not None:
@@ -163,7 +166,7 @@ class JobService:
             if problem is not None:
                 raise InvalidField(*problem)
         queue, preferred_queue = self._queues(spec)
-        job_id = job_id_for_key(idempotency_key) if idempotency_key else new_job_id()
+        job_id = job_id_for_key(idempotency_key, spec.tenant) if idempotency_key else new_job_id()
         created = now_ms()
         if spec.deadline_at is not None and spec.deadline_at <= created:
             raise InvalidField("deadline_at", "is in the past")
@@ -264,6 +267,7 @@ class JobService:
                 group=spec.group,
                 pool=spec.pool,
                 target=spec.target,
+                tenant=spec.tenant,
             ),
             id_conflict_policy=id_conflict_policy,
             id_reuse_policy=id_reuse_policy,
@@ -277,14 +281,14 @@ class JobService:
         Each is its type's queue of the job's route (docs/architecture.md, "Routing"):
         only a worker that can run the job polls it."""
         route = Route.of(solver_url=spec.solver_url, container=spec.container)
-        shared = self._temporal.activity_queue(spec.type, route)
+        shared = self._temporal.activity_queue(spec.type, route, spec.tenant)
         for field in ("require_host", "preferred_host"):
             host: str | None = getattr(spec, field)
             if host is None:
                 continue
             if not self._settings.hosts.allows(host):
                 raise InvalidField(field, f"{host!r} is not in AVAILABLE_HOSTS")
-            pinned = self._temporal.host_queue(spec.type, host, route)
+            pinned = self._temporal.host_queue(spec.type, host, route, spec.tenant)
             return (pinned, None) if field == "require_host" else (shared, pinned)
         return shared, None
 
@@ -317,13 +321,12 @@ class JobService:
     def _handle(self, job_id: str) -> WorkflowHandle[object, object]:
         return self._client.get_workflow_handle(job_id)
 
-    async def get(self, job_id: str) -> Job:
-        """The job as its workflow holds it."""
+    async def get(self, job_id: str, scope: Scope = EVERY) -> Job:
+        """The job as its workflow holds it; another tenant's than `scope`'s is a 404."""
         try:
             job: Job = await self._handle(job_id).query(
                 JOB_QUERY, result_type=Job, rpc_timeout=QUERY_TIMEOUT
             )
-            return job
         except RPCError as err:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 raise JobNotFound(job_id) from err
@@ -332,6 +335,24 @@ class JobService:
             raise
         except WorkflowQueryFailedError as err:
             raise JobNotFound(job_id) from err
+        if not scope.reaches(job.tenant):
+            raise JobNotFound(job_id)
+        return job
+
+    async def check_scope(self, job_id: str, scope: Scope) -> None:
+        """404 unless the job is within `scope`, before a change to it: nothing for a
+        caller that reaches every tenant, else one describe (its search attributes, no
+        workflow task)."""
+        if scope.every:
+            return
+        try:
+            desc = await self._handle(job_id).describe(rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                raise JobNotFound(job_id) from err
+            raise
+        if not scope.reaches(desc.typed_search_attributes.get(search_attributes.TENANT)):
+            raise JobNotFound(job_id)
 
     async def live(self, job: Job) -> Job:
         """An assigned or running job (or one asked to stop, whose solver still runs)
@@ -379,12 +400,21 @@ class JobService:
         group: str | None = None,
         pool: str | None = None,
         target: str | None = None,
+        scope: Scope = EVERY,
     ) -> JobList:
         """One page of jobs, at a cost that grows with `offset + limit`, never with the
         jobs behind them (api/visibility.py). `page_token` continues where the page
-        that gave it ended; `offset` then skips further."""
+        that gave it ended; `offset` then skips further. Only `scope`'s jobs: its
+        tenant is a clause of the query, which the page token is signed for, so a token
+        from another scope's list is refused."""
         query = job_filter(
-            status, job_type, statuses=statuses, group=group, pool=pool, target=target
+            status,
+            job_type,
+            statuses=statuses,
+            group=group,
+            pool=pool,
+            target=target,
+            tenant=scope.query_tenant,
         )
         signed_for = f"{order.value}:{query}"
         token = self._tokens.open(signed_for, page_token) if page_token else None
@@ -412,11 +442,12 @@ class JobService:
 
     # -- stop ----------------------------------------------------------------------
 
-    async def stop(self, job_id: str) -> Job:
+    async def stop(self, job_id: str, scope: Scope = EVERY) -> Job:
         """Stop a job: pending or assigned, it is cancelled; running, it goes to
         `stop_requested`, and this asks Temporal to cancel its workflow, which cancels
         the attempt (the worker kills the solver) and ends it `stopped`. A repeated
         stop changes nothing; a job that ended otherwise is a 409."""
+        await self.check_scope(job_id, scope)
         handle = self._handle(job_id)
         job = await self._job_update(job_id, STOP_UPDATE, ErrorType.NOT_STOPPABLE)
         if job is None:
@@ -427,9 +458,10 @@ class JobService:
 
     # -- operator overrides --------------------------------------------------------
 
-    async def override(self, job_id: str, update: str, *args: object) -> Job:
+    async def override(self, job_id: str, update: str, *args: object, scope: Scope = EVERY) -> Job:
         """Run an operator override (`ops_fail`, `ops_requeue`) on a job; 409 with its
         status if it has ended (or closed)."""
+        await self.check_scope(job_id, scope)
         job = await self._job_update(job_id, update, ErrorType.JOB_ENDED, *args)
         if job is not None:
             return job
@@ -528,7 +560,11 @@ class JobService:
                 raise
 
     async def cleanup(
-        self, older_than_s: float, statuses: list[JobStatus], job_type: str | None = None
+        self,
+        older_than_s: float,
+        statuses: list[JobStatus],
+        job_type: str | None = None,
+        scope: Scope = EVERY,
     ) -> int:
         """Delete closed jobs that closed more than `older_than_s` ago (of `statuses`,
         if given): at most CLEANUP_MAX per call; the count deleted."""
@@ -542,6 +578,8 @@ class JobService:
             query += f" AND {search_attributes.STATUS.name} IN ({listed})"
         if job_type is not None:
             query += f" AND {search_attributes.TYPE.name} = '{job_type}'"
+        if not scope.every:
+            query += f" AND {search_attributes.tenant_clause(scope.tenant)}"
         rows = await visibility.recent(self._client, query, offset=0, limit=CLEANUP_MAX)
         gate = asyncio.Semaphore(FETCH_CONCURRENCY)
 
@@ -607,8 +645,9 @@ class JobService:
             status=job.status.value,
         )
 
-    async def cancel(self, job_id: str) -> Job:
+    async def cancel(self, job_id: str, scope: Scope = EVERY) -> Job:
         """Cancel a pending or assigned job; 409 with the status otherwise."""
+        await self.check_scope(job_id, scope)
         handle = self._handle(job_id)
         job = await self._job_update(job_id, CANCEL_UPDATE, ErrorType.NOT_CANCELLABLE)
         if job is None:

@@ -17,7 +17,7 @@ from engine.clock import now_ms
 from workflows.job_states import COUNT_KINDS, CountKind, JobStatus
 from workflows.models import EventsMemo, JobSummary
 from workflows.names import EVENTS_MEMO
-from workflows.search_attributes import job_filter
+from workflows.search_attributes import EVERY_TENANT, job_filter
 
 T = TypeVar("T")
 log = logging.getLogger("jobforge.views")
@@ -38,8 +38,10 @@ async def count_kinds(
     group: str | None = None,
     pool: str | None = None,
     target: str | None = None,
+    tenant: str | None = EVERY_TENANT,
 ) -> dict[str, int]:
-    """How many jobs (of this type, group, pool and target, each optional) are counted
+    """How many jobs (of this type, group, pool, target and tenant, each optional; see
+    `job_filter`) are counted
     under each of `kinds` (COUNT_KINDS: the statuses, and `cancelled` apart from
     `failed`, so that they add up to the jobs): one visibility count each, made at once.
     The list filtered by a kind (`?status=`) holds that many jobs."""
@@ -47,7 +49,8 @@ async def count_kinds(
     counts = await asyncio.gather(
         *(
             visibility.count(
-                client, job_filter(kind, job_type, group=group, pool=pool, target=target)
+                client,
+                job_filter(kind, job_type, group=group, pool=pool, target=target, tenant=tenant),
             )
             for kind in kinds
         )
@@ -132,12 +135,18 @@ class JobViews:
         self.cache_ms = cache_ms
 
     async def page(
-        self, status: CountKind | None, job_type: str | None, limit: int, page_token: str | None
+        self,
+        status: CountKind | None,
+        job_type: str | None,
+        limit: int,
+        page_token: str | None,
+        tenant: str | None = EVERY_TENANT,
     ) -> JobPage:
         """A page of job summaries in visibility's own order (open jobs first, newest
         started first, then closed ones, most recently closed first), from memos: one
-        visibility call at any job count."""
-        query = job_filter(status, job_type)
+        visibility call at any job count. Of one tenant's jobs unless EVERY_TENANT (the
+        token is signed for the query, tenant clause included)."""
+        query = job_filter(status, job_type, tenant=tenant)
         token = self._tokens.open(query, page_token) if page_token else None
         rows = await visibility.recent(self._client, query, offset=0, limit=limit, token=token)
         jobs: list[JobSummary] = []
@@ -150,23 +159,39 @@ class JobViews:
             jobs=jobs, next_page_token=self._tokens.seal(query, after) if after else None
         )
 
-    async def counts(self, job_type: str | None) -> dict[str, int]:
+    async def counts(
+        self, job_type: str | None, tenant: str | None = EVERY_TENANT
+    ) -> dict[str, int]:
         """How many jobs are counted under each kind (`count_kinds`)."""
-        counted, _ = await self.counts_timed(job_type)
+        counted, _ = await self.counts_timed(job_type, tenant)
         return counted
 
-    async def counts_timed(self, job_type: str | None) -> tuple[dict[str, int], int]:
-        """The counts, and when they were made (epoch ms)."""
-        return await self._cache.get_timed(f"counts:{job_type}", lambda: self._counts(job_type))
+    async def counts_timed(
+        self, job_type: str | None, tenant: str | None = EVERY_TENANT
+    ) -> tuple[dict[str, int], int]:
+        """The counts (of one tenant's jobs, unless EVERY_TENANT), and when they were
+        made (epoch ms)."""
+        return await self._cache.get_timed(
+            f"counts:{job_type}:{_tenant_key(tenant)}",
+            lambda: count_kinds(self._client, job_type=job_type, tenant=tenant),
+        )
 
-    async def _counts(self, job_type: str | None) -> dict[str, int]:
-        return await count_kinds(self._client, job_type=job_type)
+    async def oldest_pending_age_s(self, tenant: str | None = EVERY_TENANT) -> float:
+        """Age of the oldest pending job (of one tenant's, unless EVERY_TENANT), found
+        with rounds of counts over start times (visibility has no ORDER BY; never a
+        listing)."""
+        return await self._cache.get(
+            f"oldest-pending:{_tenant_key(tenant)}", lambda: self._oldest_pending_age_s(tenant)
+        )
 
-    async def oldest_pending_age_s(self) -> float:
-        """Age of the oldest pending job, found with rounds of counts over start times
-        (visibility has no ORDER BY; never a listing)."""
-        return await self._cache.get("oldest-pending", self._oldest_pending_age_s)
-
-    async def _oldest_pending_age_s(self) -> float:
-        started = await visibility.oldest_start(self._client, job_filter(JobStatus.PENDING))
+    async def _oldest_pending_age_s(self, tenant: str | None) -> float:
+        query = job_filter(JobStatus.PENDING, tenant=tenant)
+        started = await visibility.oldest_start(self._client, query)
         return 0.0 if started is None else max(time.time() - started, 0.0)
+
+
+def _tenant_key(tenant: str | None) -> str:
+    """A cache key part per tenant (EVERY_TENANT, "" for no tenant, "=<name>")."""
+    if tenant == EVERY_TENANT:
+        return tenant
+    return "" if tenant is None else f"={tenant}"

@@ -103,6 +103,29 @@ class Metrics:
         return generate_latest(self.registry)
 
     @staticmethod
+    async def render_tenant(views: JobViews, tenant: str | None) -> bytes:
+        """The slice a tenant's caller sees (None: the jobs without a tenant): its jobs
+        by status and its oldest pending job, from the same cached counts, filtered by
+        tenant. Nothing process-wide (event counters, task queue backlogs): those
+        count every tenant's jobs."""
+        registry = CollectorRegistry()
+        jobs = Gauge(
+            "jobforge_jobs", "Jobs by status (visibility counts)", ["status"], registry=registry
+        )
+        oldest = Gauge(
+            "jobforge_oldest_pending_age_seconds",
+            "Age of the oldest pending job",
+            registry=registry,
+        )
+        counts, age = await asyncio.gather(
+            views.counts(None, tenant), views.oldest_pending_age_s(tenant)
+        )
+        for status, count in counts.items():
+            jobs.labels(status).set(count)
+        oldest.set(age)
+        return generate_latest(registry)
+
+    @staticmethod
     async def _refreshed(refresh: Callable[[], Awaitable[None]]) -> None:
         """One extra set of gauges; a failure leaves them as they were and the rest of
         the scrape stands (the core's gauges do not depend on an adapter's)."""

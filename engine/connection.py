@@ -24,6 +24,9 @@ def _env(name: str, standard: str) -> AliasChoices:
 
 CONTAINER_QUEUE_SUFFIX = "#container"
 URL_QUEUE_SUFFIX = "#url"
+# Before a tenant's name in its own queues (docs/architecture.md, "Tenants"): no type,
+# host id or tenant holds it, so `…@<host>~<tenant>#url` reads one way only.
+TENANT_QUEUE_MARK = "~"
 
 
 class Route(StrEnum):
@@ -84,16 +87,22 @@ class TemporalSettings(BaseSettings):
             raise ValueError("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together (mTLS)")
         return self
 
-    def activity_queue(self, job_type: str, route: Route = Route.PLAIN) -> str:
+    def activity_queue(
+        self, job_type: str, route: Route = Route.PLAIN, tenant: str | None = None
+    ) -> str:
         """The task queue one job type's attempts of one route run on:
-        `jobforge-<type>`, `jobforge-<type>#url` or `jobforge-<type>#container`."""
-        return f"{self.activity_queue_prefix}{job_type}{route.value}"
+        `jobforge-<type>`, `jobforge-<type>#url` or `jobforge-<type>#container`; a
+        tenant's jobs on its own, `jobforge-<type>~<tenant>` and the route's suffix."""
+        return f"{self.activity_queue_prefix}{job_type}{_tenant_part(tenant)}{route.value}"
 
-    def host_queue(self, job_type: str, host: str, route: Route = Route.PLAIN) -> str:
+    def host_queue(
+        self, job_type: str, host: str, route: Route = Route.PLAIN, tenant: str | None = None
+    ) -> str:
         """The task queue of one job type's attempts of one route pinned to one host,
         `jobforge-<type>@<host>` and the route's suffix (a type never holds `@` or `#`,
-        a host id never `#`: the names are unambiguous)."""
-        return f"{self.activity_queue_prefix}{job_type}@{host}{route.value}"
+        a host id never `#`: the names are unambiguous); a tenant's, with `~<tenant>`
+        before the suffix."""
+        return f"{self.activity_queue_prefix}{job_type}@{host}{_tenant_part(tenant)}{route.value}"
 
     def tls_config(self) -> TLSConfig | bool:
         """What the client's `tls` option gets: a TLSConfig built from the files (read
@@ -106,6 +115,10 @@ class TemporalSettings(BaseSettings):
             client_cert=_read(self.tls_cert),
             client_private_key=_read(self.tls_key),
         )
+
+
+def _tenant_part(tenant: str | None) -> str:
+    return "" if tenant is None else f"{TENANT_QUEUE_MARK}{tenant}"
 
 
 def _read(path: Path | None) -> bytes | None:

@@ -100,6 +100,13 @@ Dispatch-timeout invariant (tests/test_faults_dispatch.py)
        back (``assigned -> pending``, ``dispatch_timeout``): an attempt that timed out
        before a worker took it is never counted, one taken is counted once.
 
+Tenant invariant (tests/test_faults_tenants.py)
+    T2 ``check_tenants(jobs, workers, expected)``: each job reads the tenant it was
+       submitted with (``expected``: id -> tenant or None), and every ``assigned``
+       transition of it is by a worker or agent of that tenant (``workers``: worker id
+       -> its ``WORKER_TENANT``, None for one without): no claim crosses tenants, and a
+       worker without a tenant takes no tenant's job.
+
 Helpers
     ``submit_retrying(http, spec, key, timeout)``: POST /api/jobs with
     ``Idempotency-Key: key`` until it answers 201/200; any status other than 2xx/503
@@ -1102,4 +1109,33 @@ def check_counted(jobs: dict[str, dict[str, Any]]) -> list[str]:
                 f"{job_id}: attempts {job.get('attempts')} != {len(claimed)} claims"
                 f" - {stale} stale ones"
             )
+    return problems
+
+
+# -- T2 --------------------------------------------------------------------------------
+
+
+def check_tenants(
+    jobs: dict[str, dict[str, Any]],
+    workers: Mapping[str, str | None],
+    expected: Mapping[str, str | None],
+) -> list[str]:
+    """T2: no claim crosses tenants. Each job reads its submitted tenant, and each of its
+    `assigned` transitions names a known worker of that tenant."""
+    problems = []
+    for job_id, job in jobs.items():
+        tenant = job.get("tenant")
+        if tenant != expected.get(job_id):
+            problems.append(f"{job_id}: tenant {tenant!r}, submitted {expected.get(job_id)!r}")
+        for step in _steps(job):
+            if step["status"] != "assigned":
+                continue
+            worker = str(step.get("worker_id"))
+            if worker not in workers:
+                problems.append(f"{job_id}: attempt {step.get('attempt')} by unknown {worker}")
+            elif workers[worker] != tenant:
+                problems.append(
+                    f"{job_id} (tenant {tenant!r}): attempt {step.get('attempt')} claimed by "
+                    f"{worker} (tenant {workers[worker]!r})"
+                )
     return problems

@@ -48,6 +48,8 @@ class Collector:
     params: dict[str, Any]
     done: Callable[[list[Sse]], bool]
     last_event_id: str | None = None
+    # Sent with the request (a token, a tenant's principal); none: the open stream.
+    headers: dict[str, str] = field(default_factory=dict)
     events: list[Sse] = field(default_factory=list)
     connected: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -59,7 +61,8 @@ class Collector:
         return thread
 
     def _read(self, deadline_s: float) -> None:
-        headers = {"Last-Event-ID": self.last_event_id} if self.last_event_id else {}
+        resume = {"Last-Event-ID": self.last_event_id} if self.last_event_id else {}
+        headers = {**self.headers, **resume}
         end = time.monotonic() + deadline_s
         try:
             with (

@@ -221,6 +221,9 @@ def test_the_dashboard_page_and_its_assets_are_served_without_a_token(api: Api) 
         ("OPTIONS", "/api/system/scheduler/queue/jobs/submit", "POST"),
         ("OPTIONS", "/api/targets/gpu-0/resume", "POST"),
         ("GET", "/api/targets/gpu-0/resume", "POST"),
+        ("PATCH", "/api/groups/acme/pause", "POST"),
+        ("GET", "/api/groups/acme/retry-failed", "POST"),
+        ("PUT", "/api/pools/acme/lock", "DELETE, POST"),
     ],
 )
 def test_a_method_a_path_does_not_serve_answers_405_naming_the_ones_it_does(

@@ -72,9 +72,14 @@ class Hub:
     """The agent's HTTP client: retries transient failures with backoff and jitter."""
 
     def __init__(self, settings: AgentSettings) -> None:
+        headers = {"Authorization": f"Bearer {settings.hub.secret}"}
+        if settings.worker.tenant is not None:
+            # An admin's token acts for the tenant; a tenant's token needs no header
+            # (its own tenant), and one naming another is refused.
+            headers["X-Tenant"] = settings.worker.tenant
         self._http = httpx.AsyncClient(
             base_url=settings.hub.base_url,
-            headers={"Authorization": f"Bearer {settings.hub.secret}"},
+            headers=headers,
             timeout=httpx.Timeout(settings.claim_wait_s + 30, connect=10),
             limits=pool_limits(),
         )

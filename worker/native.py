@@ -114,12 +114,13 @@ class NativeWorker:
     def _serve_queues(self, job_type: str, route: Route) -> bool:
         """Poll one type's shared queue of one route and its host queues; False if this
         worker already does."""
-        shared = self._temporal.activity_queue(job_type, route)
+        tenant = self._settings.tenant
+        shared = self._temporal.activity_queue(job_type, route, tenant)
         if shared in self._workers:
             return False
         self._add(shared, self._activity_worker(shared))
         for host in self._hosts:
-            queue = self._temporal.host_queue(job_type, host, route)
+            queue = self._temporal.host_queue(job_type, host, route, tenant)
             self._add(queue, self._activity_worker(queue))
         return True
 
@@ -159,11 +160,12 @@ class NativeWorker:
         for job_type in self._settings.types or self._settings.solvers:
             self.serve_type(job_type)
         log.info(
-            "worker %s ready: workflows=%s types=%s cores=%d",
+            "worker %s ready: workflows=%s types=%s cores=%d tenant=%s",
             self._settings.node_id,
             self._settings.run_workflows,
             ",".join(self._settings.types) or "<all>",
             self._settings.cores,
+            self._settings.tenant or "<none>",
         )
         presence = asyncio.create_task(self._announce(stop))
         discovery = None

@@ -20,7 +20,7 @@ from activities.solver import SolverLimits, SolverSource, split_command
 from activities.solver_cache import FetchLimits, SolverCache
 from engine.solver_urls import SolverUrlSettings
 from workflows.container_models import split_list
-from workflows.models import HOST_PATTERN, TYPE_PATTERN
+from workflows.models import HOST_PATTERN, TENANT_PATTERN, TYPE_PATTERN
 
 
 def _default_node_id() -> str:
@@ -114,6 +114,9 @@ class WorkerSettings(BaseSettings):
     container_types: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # WORKER_HOST: its node name, the second host id it serves under (docs/workers.md).
     host: str = Field(default_factory=socket.gethostname, pattern=HOST_PATTERN)
+    # WORKER_TENANT: it runs this tenant's jobs only (their own task queues); without
+    # it, the jobs without a tenant only (docs/architecture.md, "Tenants").
+    tenant: str | None = Field(default=None, pattern=TENANT_PATTERN)
 
     def solver_types(self) -> list[str]:
         """The types whose jobs without a solver_url it runs: those of WORKER_SOLVERS

@@ -229,5 +229,29 @@ class TemporalCallFailed(JobforgeError):  # noqa: N818 - the domain's own words
     """Temporal refused a call for a reason that is neither the caller's nor transient."""
 
 
+class TenantForbidden(JobforgeError):  # noqa: N818 - the domain's own words
+    """A tenant named in a request that is not the caller's own (its token's)."""
+
+    def __init__(self, field: str, named: str | None, own: str | None) -> None:
+        mine = own if own is not None else "no tenant"
+        super().__init__(f"{field}: tenant {named} differs from the token's ({mine})", field=field)
+
+    @classmethod
+    def design(cls, design: str, tenant: str | None) -> TenantForbidden:
+        """A tenant's caller on the routes of a design whose jobs have no tenant."""
+        err = cls("tenant", tenant, None)
+        err.message = (
+            f"tenant: design {design}'s jobs have no tenant; {tenant}'s token reaches none"
+        )
+        return err
+
+
+class GateNotFound(JobforgeError):  # noqa: N818 - the domain's own words
+    """A pool or target outside the caller's tenant (a tenant's gates are its own)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"{kind} {name} not found", **{kind: name})
+
+
 class Unauthorized(JobforgeError):  # noqa: N818 - the domain's own words
     """A missing or wrong token."""

@@ -40,6 +40,10 @@ WORKER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 GATE_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
 # A target: `name` or `tenant/name`.
 TARGET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}(/[A-Za-z0-9][A-Za-z0-9._:@-]{0,63})?$"
+# A tenant (docs/architecture.md, "Tenants"): one 004 path segment. A tenant's gates
+# are named `<tenant>/<name>`, so a group or pool may carry that prefix too.
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
+TENANT_GATE_PATTERN = TARGET_PATTERN
 COST_UNITS_LIMIT = 1_000_000
 # Epoch milliseconds accepted for a time field: 2000-01-01 .. 2200-01-01.
 EPOCH_MS_MIN = 946_684_800_000
@@ -134,6 +138,25 @@ class Progress(BaseModel):
             return None
 
 
+def gate_tenant(name: str) -> str | None:
+    """The tenant a gate name belongs to: `<tenant>/<name>`'s, or None."""
+    tenant, slash, _ = name.partition("/")
+    return tenant if slash else None
+
+
+def gate_name_problem(tenant: str | None, name: str, field: str) -> str | None:
+    """Why a job of `tenant` may not name the gate `name` (its `field`), or None. A
+    tenant's job names only its tenant's gates (`<tenant>/<name>`); a job without a
+    tenant names groups and pools without a prefix (a target `x/name` stays open to it:
+    the form 004 used before tenants)."""
+    owner = gate_tenant(name)
+    if tenant is not None and owner != tenant:
+        return f"a job of tenant {tenant} names its {field} {tenant}/<name>"
+    if tenant is None and owner is not None and field != "target":
+        return f"a {field} named <tenant>/<name> is that tenant's: give its tenant"
+    return None
+
+
 def _json_depth(value: Any, depth: int = 1) -> int:
     if isinstance(value, dict):
         return max((_json_depth(v, depth + 1) for v in value.values()), default=depth)
@@ -159,9 +182,19 @@ class JobSpec(BaseModel):
         ContainerSpec | None,
         Field(description="Run this container instead of a solver (docs/workers.md)"),
     ] = None
+    tenant: Annotated[
+        str | None,
+        Field(
+            pattern=TENANT_PATTERN,
+            description="Whose job it is: a tenant's token stamps its own; only an admin "
+            "names one here. Its gates are named `<tenant>/<name>`",
+        ),
+    ] = None
     # Scheduling (docs/scheduling.md): a job with none of these takes the plain path.
-    group: Annotated[str | None, Field(pattern=GATE_KEY_PATTERN, description="Group gate")] = None
-    pool: Annotated[str | None, Field(pattern=GATE_KEY_PATTERN, description="Pool gate")] = None
+    group: Annotated[str | None, Field(pattern=TENANT_GATE_PATTERN, description="Group gate")] = (
+        None
+    )
+    pool: Annotated[str | None, Field(pattern=TENANT_GATE_PATTERN, description="Pool gate")] = None
     cost_units: Annotated[int, Field(strict=True, ge=1, le=COST_UNITS_LIMIT)] = 1
     target: Annotated[str | None, Field(pattern=TARGET_PATTERN, description="Serial target")] = None
     # Host pinning (docs/workers.md): one of the two, each with its wait.
@@ -290,6 +323,16 @@ class JobSpec(BaseModel):
             raise ValueError("needs a pool (cost is counted against a pool)")
         return value
 
+    @field_validator("group", "pool", "target")
+    @classmethod
+    def _gate_of_its_tenant(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        problem = gate_name_problem(info.data.get("tenant"), value, info.field_name or "")
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("deadline_at")
     @classmethod
     def _deadline_after_start(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -414,6 +457,7 @@ class JobIdentity(BaseModel):
     type: str
     priority: int
     created_at: int
+    tenant: str | None = None
 
 
 class Job(BaseModel):
@@ -444,6 +488,7 @@ class Job(BaseModel):
     result_key: str | None = Field(
         default=None, description="Idempotency key of the accepted result"
     )
+    tenant: str | None = Field(default=None, description="Whose job it is (null: no tenant's)")
     attempt: int = Field(default=0, description="Number of the current or last attempt")
     transitions: list[Transition] = Field(default_factory=list)
     group: str | None = None
@@ -693,6 +738,9 @@ def events_memo(job: Job) -> dict[str, JsonValue]:
         **job.model_dump(include=_IDENTITY_FIELDS), transitions=job.transitions[-EVENTS_MEMO_KEEP:]
     )
     dumped: dict[str, JsonValue] = memo.model_dump(mode="json")
+    if dumped.get("tenant") is None:
+        # A job without a tenant keeps the memo it had before tenants.
+        dumped.pop("tenant", None)
     return dumped
 
 

@@ -22,8 +22,11 @@ UPDATED_AT = SearchAttributeKey.for_datetime("JobforgeUpdatedAt")
 GROUP = SearchAttributeKey.for_keyword("JobforgeGroup")
 POOL = SearchAttributeKey.for_keyword("JobforgePool")
 TARGET = SearchAttributeKey.for_keyword("JobforgeTarget")
+# Whose job it is (docs/architecture.md, "Tenants"): set at submit, absent on a job
+# without a tenant, never changed after.
+TENANT = SearchAttributeKey.for_keyword("JobforgeTenant")
 
-ALL = (STATUS, TYPE, PRIORITY, WORKER, UPDATED_AT, GROUP, POOL, TARGET)
+ALL = (STATUS, TYPE, PRIORITY, WORKER, UPDATED_AT, GROUP, POOL, TARGET, TENANT)
 
 # The names the `temporal` CLI and operator service take when registering them.
 REGISTRATION: dict[str, str] = {
@@ -35,6 +38,7 @@ REGISTRATION: dict[str, str] = {
     GROUP.name: "Keyword",
     POOL.name: "Keyword",
     TARGET.name: "Keyword",
+    TENANT.name: "Keyword",
 }
 
 
@@ -71,6 +75,17 @@ def kinds_clause(kinds: Iterable[str]) -> str:
     return "(" + " OR ".join(f"({part})" for part in parts) + ")"
 
 
+# `job_filter`'s tenant for jobs of any tenant or none ("*" is no tenant's name).
+EVERY_TENANT = "*"
+
+
+def tenant_clause(tenant: str | None) -> str:
+    """Jobs of one tenant; None: jobs of no tenant (the attribute is never set on them)."""
+    if tenant is None:
+        return f"{TENANT.name} IS NULL"
+    return f"{TENANT.name} = '{tenant}'"
+
+
 def job_filter(
     status: str | None = None,
     job_type: str | None = None,
@@ -79,11 +94,15 @@ def job_filter(
     group: str | None = None,
     pool: str | None = None,
     target: str | None = None,
+    tenant: str | None = EVERY_TENANT,
 ) -> str:
     """A visibility query for jobs counted under `status` (or one of `statuses`; see
-    `kinds_clause`), of this type, group, pool and target (each optional). Values are
-    the validated names of workflows/models.py, which never hold a quote."""
+    `kinds_clause`), of this type, group, pool and target (each optional), of one tenant
+    (None: of no tenant; EVERY_TENANT, the default: of any). Values are the
+    validated names of workflows/models.py, which never hold a quote."""
     clauses = [JOBS]
+    if tenant != EVERY_TENANT:
+        clauses.append(tenant_clause(tenant))
     if status is not None:
         clauses.append(kinds_clause([status]))
     kinds = list(statuses)
@@ -103,6 +122,7 @@ def at_submit(
     group: str | None = None,
     pool: str | None = None,
     target: str | None = None,
+    tenant: str | None = None,
 ) -> TypedSearchAttributes:
     """A just-submitted job's search attributes (the workflow upserts them after)."""
     pairs: list[SearchAttributePair[Any]] = [
@@ -112,7 +132,7 @@ def at_submit(
         SearchAttributePair(WORKER, ""),
         SearchAttributePair(UPDATED_AT, datetime.fromtimestamp(created_ms / 1000, UTC)),
     ]
-    for key, value in ((GROUP, group), (POOL, pool), (TARGET, target)):
+    for key, value in ((GROUP, group), (POOL, pool), (TARGET, target), (TENANT, tenant)):
         if value is not None:
             pairs.append(SearchAttributePair(key, value))
     return TypedSearchAttributes(pairs)

@@ -15,8 +15,10 @@ from api.contracts import admission_001, containers_003, targets_004
 from api.contracts.mounting import ContractSettings
 from api.deps import Services, require_token
 from api.metrics_registry import Metrics
+from api.tenancy import tenantless_design
 
 # Each design's router factory; 000 is the hub's own routes (api/routes/), always on.
+# Only 004 has tenants: a tenant's caller reaches none of the others' routes.
 ROUTERS = {
     "001": admission_001.router,
     "003": containers_003.router,
@@ -37,6 +39,8 @@ def mount(app: FastAPI, settings: ContractSettings, metrics: Metrics) -> None:
         if design not in settings.enabled:
             continue
         guard = [] if settings.open(design) else [Depends(require_token)]
+        if design != "004":
+            guard.append(Depends(tenantless_design(design)))
         app.include_router(
             make(settings, metrics, services), prefix=settings.prefix(design), dependencies=guard
         )

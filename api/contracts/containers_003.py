@@ -49,6 +49,7 @@ from api.job_service import LIST_LIMIT_MAX, JobService, job_id_for_key
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
 from api.routes.ops import CleanupAge
+from api.tenancy import NO_TENANT
 from api.worker_directory import WorkerView
 from engine import log_store
 from workflows.contract_states import state_name
@@ -177,8 +178,9 @@ class Resulted(BaseModel):
 
 
 async def simulation(jobs: JobService, job_id: str) -> Job:
-    """A 003 job, read live; any other job is a 404."""
-    job = await jobs.get(job_id)
+    """A 003 job, read live; any other job is a 404 (a tenant's too: 003's jobs have
+    none)."""
+    job = await jobs.get(job_id, NO_TENANT)
     if job.type != JOB_TYPE or job.container is None:
         raise JobNotFound(job_id)
     return await jobs.live(job)
@@ -264,7 +266,7 @@ def router(
         jobs: JobsDep, limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 100
     ) -> list[JobInfo]:
         """Simulations, open ones newest first, then ended ones."""
-        page = await jobs.list_jobs(None, JOB_TYPE, limit=limit)
+        page = await jobs.list_jobs(None, JOB_TYPE, limit=limit, scope=NO_TENANT)
         return [JobInfo.of(job) for job in page.jobs if job.container is not None]
 
     @routes.get("/queue", response_model=list[QueueEntry])
@@ -272,7 +274,7 @@ def router(
         jobs: JobsDep, limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 100
     ) -> list[QueueEntry]:
         """Simulations waiting for a worker."""
-        page = await jobs.list_jobs(JobStatus.PENDING, JOB_TYPE, limit=limit)
+        page = await jobs.list_jobs(JobStatus.PENDING, JOB_TYPE, limit=limit, scope=NO_TENANT)
         return [QueueEntry.of(job) for job in page.jobs if job.container is not None]
 
     @routes.get("/hosts", response_model=list[Host])

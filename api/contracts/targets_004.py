@@ -13,15 +13,19 @@ one job at a time, in order; a job that ends stopped or quarantined halts it. So
   which then runs first.
 
 The design names one route (resume); create, list, read and cancel are added in its
-style. The tenant comes from `X-Tenant` or `?tenant=`.
+style. The tenant comes from the caller's token (api/tenancy.py); an admin names it
+with `X-Tenant` or `?tenant=`, and a tenant's token naming another is a 403. Each job
+carries its tenant, so the core routes scope it too, and its attempts wait on the
+tenant's own task queues (docs/architecture.md, "Tenants").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel, Field, JsonValue
 
 from api.contracts.mounting import ContractSettings
@@ -29,14 +33,15 @@ from api.contracts.units import iso
 from api.deps import GatesDep, JobsDep, Services
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
+from api.tenancy import EVERY, Scope, scope_of
 from workflows.contract_states import state_name
-from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound
+from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, TenantForbidden
 from workflows.gate_models import TargetResume
 from workflows.job_states import HELD, JobStatus
-from workflows.models import Job, JobSpec
+from workflows.models import TENANT_PATTERN, Job, JobSpec
 
 DESIGN = "004"
-SEGMENT = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
+SEGMENT = TENANT_PATTERN
 INTERRUPTED = "Job was interrupted by user"
 MESSAGES = {
     "PAUSED": INTERRUPTED,
@@ -49,24 +54,40 @@ FAIL_MESSAGES = {
 TargetId = Annotated[str, Path(pattern=SEGMENT, description="The target, within the tenant")]
 
 
+@dataclass(frozen=True)
+class TenantAccess:
+    """The tenant a 004 request acts for, and the jobs it may read: an admin's reads
+    also find the jobs made on the tenant's targets before jobs carried a tenant."""
+
+    name: str
+    reads: Scope
+
+    def __str__(self) -> str:
+        return self.name
+
+
 def tenant_of(
+    request: Request,
     x_tenant: Annotated[
         str | None, Header(alias="X-Tenant", pattern=SEGMENT, description="The tenant")
     ] = None,
     tenant: Annotated[
         str | None, Query(pattern=SEGMENT, description="The tenant, if no X-Tenant")
     ] = None,
-) -> str:
-    """The request's tenant: its `X-Tenant` header, or its `tenant` parameter."""
+) -> TenantAccess:
+    """The request's tenant: its token's; an admin's `X-Tenant` header, or its `tenant`
+    parameter. A tenant's token naming another tenant is a 403."""
     if x_tenant and tenant and x_tenant != tenant:
         raise InvalidField("tenant", f"differs from X-Tenant ({x_tenant})")
     named = x_tenant or tenant
-    if not named:
+    field = "X-Tenant" if x_tenant else "tenant"
+    scope = scope_of(getattr(request.state, "principal", None), named, field)
+    if scope.tenant is None:
         raise InvalidField("X-Tenant", "name the tenant (X-Tenant header or ?tenant=)")
-    return named
+    return TenantAccess(scope.tenant, EVERY if scope.admin else scope)
 
 
-Tenant = Annotated[str, Depends(tenant_of)]
+Tenant = Annotated[TenantAccess, Depends(tenant_of)]
 
 
 class TargetJob(BaseModel):
@@ -114,8 +135,8 @@ class TargetJob(BaseModel):
         )
 
 
-async def _job_of(jobs: JobsDep, key: str, job_id: str) -> Job:
-    job = await jobs.get(job_id)
+async def _job_of(jobs: JobsDep, tenant: TenantAccess, key: str, job_id: str) -> Job:
+    job = await jobs.get(job_id, tenant.reads)
     if job.target != key:
         raise JobNotFound(job_id)
     return await jobs.live(job)
@@ -144,8 +165,17 @@ def router(
             raise InvalidField("max_attempts", "a 004 job runs once (resume runs it again)")
         # A cancel while the job is assigned (shown RUNNING) interrupts it as while it
         # runs: stop_requested until its worker ends it, then PAUSED.
+        if spec.tenant is not None and spec.tenant != tenant.name:
+            raise TenantForbidden("tenant", spec.tenant, tenant.name)
         job = await jobs.submit(
-            spec.model_copy(update={"target": key, "max_attempts": 1, "stop_claimed": True})
+            spec.model_copy(
+                update={
+                    "target": key,
+                    "max_attempts": 1,
+                    "stop_claimed": True,
+                    "tenant": tenant.name,
+                }
+            )
         )
         return TargetJob.of(job)
 
@@ -165,6 +195,7 @@ def router(
             limit=limit,
             page_token=page_token,
             target=f"{tenant}/{target_id}",
+            scope=tenant.reads,
         )
         if page.next_page_token:
             response.headers["Next-Page-Token"] = page.next_page_token
@@ -175,14 +206,14 @@ def router(
         target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep
     ) -> TargetJob:
         """One job of the target, with its lease."""
-        return TargetJob.of(await _job_of(jobs, f"{tenant}/{target_id}", job_id))
+        return TargetJob.of(await _job_of(jobs, tenant, f"{tenant}/{target_id}", job_id))
 
     async def cancel_job(
         target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep
     ) -> TargetJob:
         """Cancel a queued job (CANCELED), or interrupt a RUNNING one, assigned or
         running (PAUSED; the target halts until the job is resumed)."""
-        await _job_of(jobs, f"{tenant}/{target_id}", job_id)
+        await _job_of(jobs, tenant, f"{tenant}/{target_id}", job_id)
         return TargetJob.of(await jobs.stop(job_id))
 
     async def resume_job(
@@ -190,7 +221,7 @@ def router(
     ) -> TargetJob:
         """Re-queue a PAUSED or ERROR job that halted its target; it runs first."""
         key = f"{tenant}/{target_id}"
-        job = await _job_of(jobs, key, job_id)
+        job = await _job_of(jobs, tenant, key, job_id)
         shown = state_name(job, DESIGN)
         if shown not in ("PAUSED", "ERROR"):
             raise JobConflict(

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from api.deps import Authorized, BridgeDep, MetricsDep, WorkersDep
+from api.deps import Authorized, BridgeDep, MetricsDep, ScopeDep, WorkersDep
 from api.routes.jobs import JobId
 from workflows.job_states import JobStatus
 from workflows.models import HOST_PATTERN, TYPE_PATTERN, WORKER_ID_PATTERN, ClaimedJob
@@ -104,10 +104,13 @@ async def claim_job(
     bridge: BridgeDep,
     workers: WorkersDep,
     metrics: MetricsDep,
+    scope: ScopeDep,
 ) -> ClaimedJob | Response:
     """Claim the next job (highest priority first), long-polling up to `wait` seconds:
     a job of the claimed types' shared queues (those that name a solver_url, and the
-    others of `solver_types`), or one pinned to `worker_id` or `host`."""
+    others of `solver_types`), or one pinned to `worker_id` or `host`. A tenant's token
+    (or an admin's `X-Tenant`) claims that tenant's jobs only; any other claim, jobs
+    without a tenant."""
     await workers.seen(body.worker_id)
     claimed = await bridge.claim(
         body.worker_id,
@@ -118,6 +121,7 @@ async def claim_job(
         host=body.host,
         urls=True,
         solver_types=body.solver_types,
+        tenant=None if scope.every else scope.tenant,
     )
     if claimed is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -131,11 +135,15 @@ async def claim_job(
     responses={409: {"description": "Not held by this worker, or cancelled (`cancelled`)"}},
 )
 async def heartbeat(
-    job_id: JobId, body: HeartbeatRequest, bridge: BridgeDep, workers: WorkersDep
+    job_id: JobId,
+    body: HeartbeatRequest,
+    bridge: BridgeDep,
+    workers: WorkersDep,
+    scope: ScopeDep,
 ) -> Response:
     """Keep a claimed job alive; the first heartbeat marks it running."""
     await workers.seen(body.worker_id)
-    await bridge.heartbeat(job_id, body.worker_id, body.progress)
+    await bridge.heartbeat(job_id, body.worker_id, body.progress, scope)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -145,6 +153,7 @@ async def submit_result(
     body: Annotated[ResultRequest, Body()],
     bridge: BridgeDep,
     workers: WorkersDep,
+    scope: ScopeDep,
     idempotency_key: Annotated[
         str | None, Header(alias="X-Idempotency-Key", min_length=1, max_length=200)
     ] = None,
@@ -152,15 +161,16 @@ async def submit_result(
     """Complete the job. The same result again is 200; a different one is 409."""
     await workers.seen(body.worker_id)
     job = await bridge.result(
-        job_id, body.worker_id, body.result, body.result_hash, idempotency_key
+        job_id, body.worker_id, body.result, body.result_hash, idempotency_key, scope
     )
     return JobState(id=job.id, status=JobStatus.COMPLETED)
 
 
 @router.post("/jobs/{job_id:job_id}/fail", response_model=JobState)
 async def report_failure(
-    job_id: JobId, body: FailRequest, bridge: BridgeDep, workers: WorkersDep
+    job_id: JobId, body: FailRequest, bridge: BridgeDep, workers: WorkersDep, scope: ScopeDep
 ) -> JobState:
     """Fail the attempt: re-queued, or quarantined once attempts are used up."""
     await workers.seen(body.worker_id)
-    return JobState(id=job_id, status=await bridge.fail(job_id, body.worker_id, body.reason))
+    status = await bridge.fail(job_id, body.worker_id, body.reason, scope)
+    return JobState(id=job_id, status=status)

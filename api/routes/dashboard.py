@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
-from api.deps import Authorized, ConfigDep, ViewsDep
+from api.deps import Authorized, ConfigDep, ScopeDep, ViewsDep
 from api.job_views import JobPage
 from api.routes.jobs import StatusFilter
 from workflows.models import TYPE_PATTERN
@@ -29,6 +29,7 @@ class UiConfig(BaseModel):
 @router.get("/jobs/page", response_model=JobPage)
 async def jobs_page(
     views: ViewsDep,
+    scope: ScopeDep,
     status: StatusFilter = None,
     type: TypeFilter = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
@@ -36,18 +37,19 @@ async def jobs_page(
 ) -> JobPage:
     """Job summaries one page at a time (cheap at any job count): open jobs first,
     newest first, then closed ones, most recently closed first."""
-    return await views.page(status, type, limit, page_token)
+    return await views.page(status, type, limit, page_token, scope.query_tenant)
 
 
 @router.get("/jobs/counts", response_model=dict[str, int])
 async def jobs_counts(
-    views: ViewsDep, response: Response, type: TypeFilter = None
+    views: ViewsDep, response: Response, scope: ScopeDep, type: TypeFilter = None
 ) -> dict[str, int]:
     """How many jobs are in each status, `cancelled` ones (failed by a cancel) apart from
     `failed`: they add up to the jobs, and the list filtered by each (`?status=`) holds
     that many. `X-Counts-As-Of` says when they were made (epoch ms): they are
-    reused METRICS_CACHE_MS, and a kept answer is given while a fresh one is made."""
-    counted, as_of = await views.counts_timed(type)
+    reused METRICS_CACHE_MS, and a kept answer is given while a fresh one is made. A
+    tenant's caller counts only its tenant's jobs."""
+    counted, as_of = await views.counts_timed(type, scope.query_tenant)
     response.headers["X-Counts-As-Of"] = str(as_of)
     return counted
 

@@ -15,7 +15,8 @@ from pydantic import BaseModel
 
 from api.deps import Authorized, ConfigDep, FeedDep, bearer_ok
 from api.event_feed import JobEvent, JobProgress, ProgressSettings, key_of
-from workflows.errors import InvalidField, Unauthorized
+from api.tenancy import NO_TENANT, Scope, named_tenant, scope_of
+from workflows.errors import InvalidField, TenantForbidden, Unauthorized
 from workflows.job_states import JobStatus
 from workflows.models import TYPE_PATTERN
 
@@ -71,6 +72,27 @@ def stream_access(
     raise Unauthorized("events need a bearer token or a stream token (?token=)")
 
 
+def stream_scope(
+    request: Request,
+    config: ConfigDep,
+    token: Annotated[str | None, Query(max_length=200)] = None,
+    x_tenant: Annotated[str | None, Header(alias="X-Tenant")] = None,
+) -> Scope:
+    """Whose events a client gets: a token's scope (the bootstrap admin's, or a stream
+    token's: every tenant's unless it names one with X-Tenant); without a token, the
+    events of jobs with no tenant."""
+    named = named_tenant(x_tenant)
+    principal = getattr(request.state, "principal", None)
+    if principal is not None:
+        return scope_of(principal, named)
+    secret = config.api.forge_ingest_secret
+    if bearer_ok(request) or (token and stream_token_valid(secret, token, time.time())):
+        return scope_of(None, named)
+    if named is not None:
+        raise TenantForbidden("X-Tenant", named, None)
+    return NO_TENANT  # the open stream
+
+
 def event_filter(
     status: Annotated[list[JobStatus] | None, Query()] = None,
     type: Annotated[list[str] | None, Query(max_length=64)] = None,
@@ -95,6 +117,7 @@ async def job_events(
     feed: FeedDep,
     config: ConfigDep,
     accepts: Annotated[Callable[[JobEvent], bool], Depends(event_filter)],
+    scope: Annotated[Scope, Depends(stream_scope)],
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=200)] = None,
 ) -> AsyncIterable[ServerSentEvent]:
     """Every job transition, per job in order; resumable with `Last-Event-ID`.
@@ -104,12 +127,17 @@ async def job_events(
     job:stopped; and job:progress, a running job's progress when it changed (at most
     once per PROGRESS_PUBLISH_MS per job, live only: no id, not replayed on resume).
     Open unless the API runs with EVENTS_REQUIRE_TOKEN=true (then a bearer token or
-    `?token=` stream token).
+    `?token=` stream token). Without a token it carries the jobs without a tenant only;
+    a tenant's token, its tenant's jobs only, replay after `Last-Event-ID` included.
     """
     progress = ProgressSettings(
         every_ms=config.api.progress_publish_ms, max_jobs=config.api.events_progress_max_jobs
     )
-    async for event in feed.subscribe(accepts, last_event_id, progress):
+
+    def in_scope(event: JobEvent) -> bool:
+        return scope.reaches(event.tenant) and accepts(event)
+
+    async for event in feed.subscribe(in_scope, last_event_id, progress):
         if isinstance(event, JobProgress):
             # No id: the client's Last-Event-ID stays on the last transition it got.
             yield ServerSentEvent(event=event.event, data=event)

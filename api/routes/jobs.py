@@ -8,10 +8,17 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel
 from starlette.convertors import StringConvertor, register_url_convertor
 
-from api.deps import Authorized, GatesDep, JobsDep, MetricsDep
+from api.deps import Authorized, GatesDep, JobsDep, MetricsDep, ScopeDep
 from api.job_service import LIST_LIMIT_MAX
 from workflows.job_states import CountKind, JobStatus
-from workflows.models import GATE_KEY_PATTERN, TARGET_PATTERN, TYPE_PATTERN, Job, JobSpec, ListOrder
+from workflows.models import (
+    TARGET_PATTERN,
+    TENANT_GATE_PATTERN,
+    TYPE_PATTERN,
+    Job,
+    JobSpec,
+    ListOrder,
+)
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
 
@@ -50,6 +57,7 @@ async def submit_job(
     spec: JobSpec,
     jobs: JobsDep,
     metrics: MetricsDep,
+    scope: ScopeDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -60,8 +68,9 @@ async def submit_job(
         ),
     ] = None,
 ) -> Submitted:
-    """Enqueue a job. Returns its id and status."""
-    job = await jobs.submit(spec, idempotency_key)
+    """Enqueue a job. Returns its id and status. A tenant's token stamps its tenant on
+    the job (a different `tenant` in the body is a 403); an admin may name one."""
+    job = await jobs.submit(scope.stamp(spec), idempotency_key)
     metrics.submissions.inc()
     return Submitted(id=job.id, status=job.status)
 
@@ -83,10 +92,13 @@ async def list_jobs(
     request: Request,
     response: Response,
     jobs: JobsDep,
+    scope: ScopeDep,
     status: StatusFilter = None,
     type: Annotated[str | None, Query(pattern=TYPE_PATTERN)] = None,
-    pool: Annotated[str | None, Query(pattern=GATE_KEY_PATTERN, description="Its pool")] = None,
-    group: Annotated[str | None, Query(pattern=GATE_KEY_PATTERN, description="Its group")] = None,
+    pool: Annotated[str | None, Query(pattern=TENANT_GATE_PATTERN, description="Its pool")] = None,
+    group: Annotated[
+        str | None, Query(pattern=TENANT_GATE_PATTERN, description="Its group")
+    ] = None,
     target: Annotated[
         str | None, Query(pattern=TARGET_PATTERN, description="Its serial target")
     ] = None,
@@ -104,7 +116,8 @@ async def list_jobs(
     `order=priority`: priority descending, then oldest first (the claim order), found
     with counts. Either costs O(offset + limit) whatever the number of jobs. `pool`,
     `group` and `target` narrow the list to the jobs submitted with that name (search
-    attributes set at submit, so no index beyond the listing's own is read)."""
+    attributes set at submit, so no index beyond the listing's own is read). A tenant's
+    caller lists only its tenant's jobs."""
     listed = await jobs.list_jobs(
         None,
         type,
@@ -116,6 +129,7 @@ async def list_jobs(
         group=group,
         pool=pool,
         target=target,
+        scope=scope,
     )
     if listed.next_page_token:
         following = request.url.remove_query_params("offset").include_query_params(
@@ -127,10 +141,10 @@ async def list_jobs(
 
 
 @router.get("/{job_id:job_id}", response_model=Job)
-async def get_job(job_id: JobId, jobs: JobsDep, gates: GatesDep) -> Job:
+async def get_job(job_id: JobId, jobs: JobsDep, gates: GatesDep, scope: ScopeDep) -> Job:
     """One job with its attempts, fail_history and transitions; a pending one says what
-    it waits for (`waiting_for`)."""
-    return await gates.explain(await jobs.live(await jobs.get(job_id)))
+    it waits for (`waiting_for`). Another tenant's job is a 404."""
+    return await gates.explain(await jobs.live(await jobs.get(job_id, scope)))
 
 
 @router.post(
@@ -139,12 +153,12 @@ async def get_job(job_id: JobId, jobs: JobsDep, gates: GatesDep) -> Job:
     response_model=Job,
     responses={409: {"description": "The job has ended otherwise; body has its status"}},
 )
-async def stop_job(job_id: JobId, jobs: JobsDep) -> Job:
+async def stop_job(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Job:
     """Stop a job. Pending or assigned: cancelled (failed, fail_reason cancelled).
     Running: `stop_requested`, then `stopped` once its worker has been told (within a
     heartbeat interval; SIGTERM, then SIGKILL after STOP_GRACE_S). A repeated stop is a
     202 and changes nothing."""
-    return await jobs.stop(job_id)
+    return await jobs.stop(job_id, scope)
 
 
 @router.delete(
@@ -152,7 +166,7 @@ async def stop_job(job_id: JobId, jobs: JobsDep) -> Job:
     status_code=status.HTTP_204_NO_CONTENT,
     responses={409: {"description": "The job is past assigned; body has its status"}},
 )
-async def cancel_job(job_id: JobId, jobs: JobsDep) -> Response:
+async def cancel_job(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Response:
     """Cancel a pending or assigned job (status failed, fail_reason cancelled)."""
-    await jobs.cancel(job_id)
+    await jobs.cancel(job_id, scope)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

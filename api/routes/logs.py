@@ -13,7 +13,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from api.deps import Authorized, ConfigDep, JobsDep
+from api.deps import Authorized, ConfigDep, JobsDep, ScopeDep
 from engine import log_store
 from engine.log_store import LogLine
 from workflows.errors import InvalidField, JobConflict
@@ -97,14 +97,15 @@ async def get_logs(
     request: Request,
     jobs: JobsDep,
     config: ConfigDep,
+    scope: ScopeDep,
     attempt: Annotated[int | None, Query(ge=1, description="Default: the current or last")] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     follow: bool = False,
 ) -> Response | JobLog:
     """The attempt's stdout and stderr lines, labelled by stream. With `follow=1` or
     `Accept: text/event-stream`: a stream of `log` events (one per line) while the
-    attempt runs, then an `end` event."""
-    job = await jobs.get(job_id)
+    attempt runs, then an `end` event. Another tenant's job is a 404."""
+    job = await jobs.get(job_id, scope)
     root = config.logs.root
     number = _attempt_of(job, attempt, root)
     streaming = follow or "text/event-stream" in request.headers.get("accept", "")
@@ -129,7 +130,7 @@ async def get_logs(
             now = asyncio.get_running_loop().time()
             if now - checked >= FOLLOW_STATUS_S:
                 checked = now
-                current = await jobs.get(job_id)
+                current = await jobs.get(job_id, scope)
             if _over(current, number) and not lines:
                 # One last read: what the worker wrote just before the end.
                 lines, position = log_store.read(root, job_id, number, position)
@@ -143,12 +144,14 @@ async def get_logs(
 
 
 @router.post("/{job_id:job_id}/logs", response_model=Uploaded)
-async def upload_logs(job_id: JobId, body: LogUpload, jobs: JobsDep, config: ConfigDep) -> Uploaded:
+async def upload_logs(
+    job_id: JobId, body: LogUpload, jobs: JobsDep, config: ConfigDep, scope: ScopeDep
+) -> Uploaded:
     """An agent's chunk of output, stored at byte `offset` of its attempt's log: a chunk
     already stored changes nothing, one that overlaps the end adds only its lines past
     it, one past the end is a 409 with `expected_offset`. Bounded by LOG_MAX_BYTES per
     attempt."""
-    job = await jobs.get(job_id)
+    job = await jobs.get(job_id, scope)
     held_by_other = body.attempt == job.attempt and job.worker_id not in (None, body.worker_id)
     if body.attempt > job.attempt or held_by_other:
         raise JobConflict(

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.deps import Authorized, JobsDep
+from api.deps import Authorized, JobsDep, ScopeDep
 from workflows.job_states import ENDED, JobStatus
 from workflows.models import TYPE_PATTERN, Job
 from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
@@ -54,28 +54,29 @@ class Cleaned(BaseModel):
 
 
 @router.post("/jobs/{job_id}/requeue", response_model=Job)
-async def requeue(job_id: JobId, jobs: JobsDep) -> Job:
+async def requeue(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Job:
     """From any state but completed: a running attempt is ended (its solver killed) and
     a new one started; a quarantined or stopped job that is still open (of a group or
     target) comes back to `pending`. Same id; attempts and fail_history go on."""
-    return await jobs.override(job_id, OPS_REQUEUE_UPDATE)
+    return await jobs.override(job_id, OPS_REQUEUE_UPDATE, scope=scope)
 
 
 @router.post("/jobs/{job_id}/fail", response_model=Job)
-async def fail(job_id: JobId, body: FailBody, jobs: JobsDep) -> Job:
+async def fail(job_id: JobId, body: FailBody, jobs: JobsDep, scope: ScopeDep) -> Job:
     """End a job that has not ended `quarantined` at once, with `reason`."""
-    return await jobs.override(job_id, OPS_FAIL_UPDATE, body.reason)
+    return await jobs.override(job_id, OPS_FAIL_UPDATE, body.reason, scope=scope)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=Job, status_code=status.HTTP_202_ACCEPTED)
-async def cancel(job_id: JobId, jobs: JobsDep) -> Job:
+async def cancel(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Job:
     """End a job that has not ended: `stopped` if it runs (its solver killed), else
     `failed`/`cancelled` (as `POST /api/jobs/{id}/stop`)."""
-    return await jobs.stop(job_id)
+    return await jobs.stop(job_id, scope)
 
 
 @router.post("/cleanup", response_model=Cleaned)
-async def cleanup(body: CleanupBody, jobs: JobsDep) -> Cleaned:
+async def cleanup(body: CleanupBody, jobs: JobsDep, scope: ScopeDep) -> Cleaned:
     """Delete closed jobs older than `older_than_s` (of `statuses`, if given); at most
-    1,000 per call."""
-    return Cleaned(deleted=await jobs.cleanup(body.older_than_s, body.statuses, body.type))
+    1,000 per call; a tenant's caller, only its tenant's."""
+    deleted = await jobs.cleanup(body.older_than_s, body.statuses, body.type, scope)
+    return Cleaned(deleted=deleted)

@@ -593,8 +593,10 @@ function setStreamState(name, text) {
 }
 
 async function streamUrl() {
-  if (!state.config.events_require_token) return "/api/jobs/events";
+  // A stream token even when the stream is open: without one it carries only the jobs
+  // that have no tenant.
   const response = await api("/api/events/token", { method: "POST" });
+  if (!response.ok && !state.config.events_require_token) return "/api/jobs/events";
   if (!response.ok) throw new Error(await errorText(response));
   const { token } = await response.json();
   return `/api/jobs/events?token=${encodeURIComponent(token)}`;

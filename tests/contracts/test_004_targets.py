@@ -68,9 +68,11 @@ class Target:
         )
 
     def claim(self, worker_id: str, wait: float = 10) -> dict[str, Any] | None:
+        # The tenant's worker loop: its jobs wait on the tenant's own queues.
         answer = self.hub.http.post(
             "/api/jobs/claim",
             json={"worker_id": worker_id, "types": [self.job_type], "wait": wait},
+            headers=self.headers,
         )
         if answer.status_code == 204:
             return None

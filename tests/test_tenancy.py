@@ -1,0 +1,453 @@
+"""Tenants, process level (docs/architecture.md, "Tenants"): a tenant's job is its own on
+every route, in lists, counts, page tokens, the event stream and its replay, 004's routes,
+the HTTP claim and a native worker started for one tenant. The principal comes from
+tests/principals.py, which stands in for the token check."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+import bench.harness as bench
+from bench.harness import Proc, wait_until
+from tests.conftest import SECRET, Solver, base_env
+from tests.helpers import Collector, Sse
+from tests.principals import HEADER
+from worker.devserver import DevServer, free_port, wait_for_port
+
+pytestmark = pytest.mark.usefixtures("session_worker")
+
+# How long a job is watched not to be taken (the session worker reads the type registry
+# every 100 ms and takes a task within milliseconds once it polls a queue).
+UNTOUCHED_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def hub(temporal: DevServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An API whose principals come from `X-Test-Principal` (tests/principals.py)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("tenancy") / "api.log"
+    argv = [sys.executable, "-m", "uvicorn", "tests.principals:create_app", "--factory"]
+    argv += ["--port", str(port), "--log-level", "warning"]
+    proc = bench.spawn(argv, log, base_env(temporal))
+    try:
+        wait_for_port(port, 30, proc.process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop(timeout=10)
+
+
+@pytest.fixture
+def as_() -> Iterator[Callable[..., httpx.Client]]:
+    """Factory: a client of the hub for a role and tenant (None: the bootstrap admin,
+    with no principal at all)."""
+    clients: list[httpx.Client] = []
+
+    def make(url: str, role: str | None = None, tenant: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {SECRET}"}
+        if role is not None:
+            headers[HEADER] = f"{role}:{tenant or ''}"
+        client = httpx.Client(base_url=url, headers=headers, timeout=30)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def tenants() -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:6]
+    return f"acme-{tag}", f"bravo-{tag}"
+
+
+def ok(response: httpx.Response, code: int = 200) -> Any:
+    assert response.status_code == code, response.text
+    return response.json() if response.content else None
+
+
+def submit(http: httpx.Client, **spec: Any) -> str:
+    job_id: str = ok(http.post("/api/jobs", json=spec), 201)["id"]
+    return job_id
+
+
+def refused(response: httpx.Response, code: int, field: str) -> str:
+    """Assert the status and an error naming `field`; the message."""
+    assert response.status_code == code, response.text
+    message: str = response.json()["error"]
+    assert message.startswith(field), message
+    return message
+
+
+# -- one job ---------------------------------------------------------------------------
+
+
+def test_a_tenants_job_is_a_404_to_another_tenant_on_every_job_route(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    owner = as_(hub, "producer", acme)
+    job_id = submit(owner, type=job_type)  # no worker of the type: it stays pending
+
+    for other in (as_(hub, "producer", bravo), as_(hub, "producer")):
+        for method, path, body in [
+            ("GET", f"/api/jobs/{job_id}", None),
+            ("DELETE", f"/api/jobs/{job_id}", None),
+            ("POST", f"/api/jobs/{job_id}/stop", None),
+            ("GET", f"/api/jobs/{job_id}/logs", None),
+            (
+                "POST",
+                f"/api/jobs/{job_id}/logs",
+                {"worker_id": "w", "attempt": 1, "offset": 0, "lines": []},
+            ),
+            ("POST", f"/api/ops/jobs/{job_id}/requeue", None),
+            ("POST", f"/api/ops/jobs/{job_id}/fail", {"reason": "no"}),
+            ("POST", f"/api/ops/jobs/{job_id}/cancel", None),
+            ("POST", f"/api/jobs/{job_id}/heartbeat", {"worker_id": "w"}),
+            ("POST", f"/api/jobs/{job_id}/fail", {"worker_id": "w", "reason": "x"}),
+            ("POST", f"/api/jobs/{job_id}/result", {"worker_id": "w", "result": 1}),
+        ]:
+            answer = other.request(method, path, json=body)
+            assert answer.status_code == 404, (method, path, answer.text)
+
+    job = ok(owner.get(f"/api/jobs/{job_id}"))
+    assert (job["tenant"], job["status"]) == (acme, "pending")
+    assert ok(as_(hub).get(f"/api/jobs/{job_id}"))["tenant"] == acme  # the admin's
+    ok(owner.delete(f"/api/jobs/{job_id}"), 204)
+    assert ok(owner.get(f"/api/jobs/{job_id}"))["fail_reason"] == "cancelled"
+
+
+def test_a_tenants_004_job_is_a_404_to_another_tenant_and_resume_does_not_cross(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    owner = as_(hub, "producer", acme)
+    created = ok(owner.post("/targets/site-1/jobs", json={"type": job_type}), 201)
+    job_id = created["id"]
+    assert created["tenant"] == acme
+    # The core routes see it as acme's job, on acme's target.
+    job = ok(owner.get(f"/api/jobs/{job_id}"))
+    assert (job["tenant"], job["target"]) == (acme, f"{acme}/site-1")
+
+    other = as_(hub, "producer", bravo)
+    for path in ("", "/resume/", "/cancel/"):
+        method = "GET" if not path else "POST"
+        answer = other.request(method, f"/targets/site-1/jobs/{job_id}{path}")
+        assert answer.status_code == 404, (path, answer.text)
+    assert ok(other.get("/targets/site-1/jobs")) == []
+    assert other.get(f"/api/targets/{acme}/site-1").status_code == 404
+    assert all(view["target"] != f"{acme}/site-1" for view in ok(other.get("/api/targets")))
+    # An admin names the tenant and reaches it.
+    admin = as_(hub)
+    seen = ok(admin.get(f"/targets/site-1/jobs/{job_id}", headers={"X-Tenant": acme}))
+    assert seen["id"] == job_id
+    ok(owner.post(f"/targets/site-1/jobs/{job_id}/cancel/"))
+
+
+# -- naming a tenant -------------------------------------------------------------------
+
+
+def test_naming_another_tenant_is_a_403_and_a_bad_tenant_name_a_422_naming_it(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    owner = as_(hub, "producer", acme)
+    spoofed = {"X-Tenant": bravo}
+    refused(owner.get("/api/jobs", headers=spoofed), 403, "X-Tenant")
+    refused(owner.post("/api/jobs", json={"type": job_type}, headers=spoofed), 403, "X-Tenant")
+    refused(owner.post("/api/jobs", json={"type": job_type, "tenant": bravo}), 403, "tenant")
+    refused(
+        owner.post("/targets/site-1/jobs", json={"type": job_type}, headers=spoofed),
+        403,
+        "X-Tenant",
+    )
+    refused(owner.get("/targets/site-1/jobs", params={"tenant": bravo}), 403, "tenant")
+    refused(
+        owner.post("/api/jobs/claim", json={"worker_id": "w"}, headers=spoofed), 403, "X-Tenant"
+    )
+    # A token without a tenant reaches no tenant's jobs either.
+    refused(as_(hub, "producer").get("/api/jobs", headers={"X-Tenant": acme}), 403, "X-Tenant")
+
+    # The designs without tenants reach no tenant's jobs: their routes refuse a tenant.
+    refused(owner.get("/jobs"), 403, "tenant")  # 003's list
+    refused(owner.get("/api/system/scheduler/queue/jobs"), 403, "tenant")  # 001's
+
+    admin = as_(hub)
+    for bad in ("bad name", "-x", "a/b", "x" * 65):
+        refused(admin.post("/api/jobs", json={"type": job_type, "tenant": bad}), 422, "tenant")
+        refused(admin.get("/api/jobs", headers={"X-Tenant": bad}), 422, "X-Tenant")
+    # A tenant's job names its gates <tenant>/<name>.
+    refused(owner.post("/api/jobs", json={"type": job_type, "target": "t"}), 422, "target")
+    refused(owner.post("/api/jobs", json={"type": job_type, "group": f"{bravo}/g"}), 422, "group")
+    body = {"type": job_type, "tenant": acme, "pool": "p"}
+    refused(admin.post("/api/jobs", json=body), 422, "pool")
+    refused(admin.post("/api/jobs", json={"type": job_type, "group": f"{acme}/g"}), 422, "group")
+
+
+# -- lists, counts, pages --------------------------------------------------------------
+
+
+def listed(http: httpx.Client, job_type: str, **params: Any) -> set[str]:
+    return {job["id"] for job in ok(http.get("/api/jobs", params={"type": job_type, **params}))}
+
+
+def test_lists_counts_and_metrics_hold_only_the_callers_tenants_jobs(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    admin, tenantless = as_(hub), as_(hub, "producer")
+    first, second = as_(hub, "producer", acme), as_(hub, "producer", bravo)
+    mine = {submit(first, type=job_type) for _ in range(2)}
+    theirs = {submit(second, type=job_type)}
+    plain = {submit(tenantless, type=job_type), submit(admin, type=job_type)}
+    every = mine | theirs | plain
+    wait_until(lambda: listed(admin, job_type) == every, timeout=30, what="visibility")
+
+    assert listed(first, job_type) == mine
+    assert listed(second, job_type) == theirs
+    assert listed(tenantless, job_type) == plain
+    assert listed(as_(hub, "reader", acme), job_type, status="pending") == mine
+    assert listed(admin, job_type, order="priority") == every
+    assert listed(first, job_type, order="priority") == mine
+    # An admin naming a tenant acts as it.
+    named = admin.get("/api/jobs", params={"type": job_type}, headers={"X-Tenant": bravo})
+    assert {job["id"] for job in ok(named)} == theirs
+
+    def counted(http: httpx.Client) -> int:
+        return sum(ok(http.get("/api/jobs/counts", params={"type": job_type})).values())
+
+    wait_until(lambda: counted(first) == 2, timeout=30, what="acme's counts")
+    assert counted(second) == 1
+    page = ok(first.get("/api/jobs/page", params={"type": job_type}))
+    assert {job["id"] for job in page["jobs"]} == mine
+    assert all(job["tenant"] == acme for job in page["jobs"])
+    # /metrics, acme's slice: its jobs only (fresh tenants: 2 pending, nothing else).
+    text = first.get("/metrics").text
+    assert 'jobforge_jobs{status="pending"} 2.0' in text, text
+    assert "jobforge_job_events" not in text  # nothing process-wide
+    for job_id in every:
+        admin.delete(f"/api/jobs/{job_id}")
+
+
+def test_a_page_token_from_one_scope_returns_nothing_in_another(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    first, second, admin = as_(hub, "producer", acme), as_(hub, "producer", bravo), as_(hub)
+    mine = {submit(first, type=job_type) for _ in range(3)}
+    wait_until(lambda: listed(first, job_type) == mine, timeout=30, what="visibility")
+
+    for order in ("recent", "priority"):
+        params: dict[str, str | int] = {"type": job_type, "limit": 1, "order": order}
+        answer = first.get("/api/jobs", params=params)
+        token = ok(answer) and answer.headers["Next-Page-Token"]
+        assert ok(first.get("/api/jobs", params={**params, "page_token": token}))
+        for other in (second, admin, as_(hub, "producer")):
+            reused = other.get("/api/jobs", params={**params, "page_token": token})
+            refused(reused, 422, "page_token")
+    page = ok(first.get("/api/jobs/page", params={"type": job_type, "limit": 1}))
+    reused = second.get(
+        "/api/jobs/page",
+        params={"type": job_type, "limit": 1, "page_token": page["next_page_token"]},
+    )
+    refused(reused, 422, "page_token")
+    for job_id in mine:
+        admin.delete(f"/api/jobs/{job_id}")
+
+
+# -- the event stream ------------------------------------------------------------------
+
+
+def collect(
+    url: str, headers: dict[str, str], done: Callable[[list[Sse]], bool], last: str | None = None
+) -> Collector:
+    """A stream reader sending `headers` (none: the open stream), connected."""
+    collector = Collector(f"{url}/api/jobs/events", {}, done, last_event_id=last, headers=headers)
+    collector.run(60)
+    assert collector.connected.wait(30)
+    assert collector.error is None, collector.error
+    return collector
+
+
+def created(job_id: str) -> Callable[[list[Sse]], bool]:
+    return lambda events: any(e.job_id == job_id and e.event == "job:created" for e in events)
+
+
+def test_the_open_stream_carries_no_tenants_events_and_a_tenants_stream_only_its_own(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    bearer = {"Authorization": f"Bearer {SECRET}"}
+    acme_only = {**bearer, HEADER: f"producer:{acme}"}
+    open_stream = collect(hub, {}, lambda _: False)
+    acme_stream = collect(hub, acme_only, lambda _: False)
+    admin_stream = collect(hub, bearer, lambda _: False)
+
+    tenant_job = submit(as_(hub, "producer", acme), type=job_type)
+    other_job = submit(as_(hub, "producer", bravo), type=job_type)
+    # Both are sent before the next job's events: the feed emits in order.
+    wait_until(
+        lambda: (
+            created(tenant_job)(admin_stream.events) and created(other_job)(admin_stream.events)
+        ),
+        timeout=30,
+        what="the tenants' events",
+    )
+    plain_job = submit(as_(hub), type=job_type)
+    wait_until(lambda: created(plain_job)(open_stream.events), timeout=30, what="the open stream")
+    wait_until(lambda: created(plain_job)(admin_stream.events), timeout=30, what="the admin's")
+
+    assert {e.job_id for e in open_stream.events} & {tenant_job, other_job} == set()
+    assert all(e.data["tenant"] is None for e in open_stream.events)
+    wait_until(lambda: created(tenant_job)(acme_stream.events), timeout=30, what="acme's event")
+    assert {e.data["tenant"] for e in acme_stream.events} == {acme}
+
+
+def test_a_replay_after_last_event_id_stays_in_the_callers_tenant(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    bearer = {"Authorization": f"Bearer {SECRET}"}
+    admin_stream = collect(hub, bearer, lambda _: False)
+    marker = submit(as_(hub), type=job_type)
+    wait_until(lambda: created(marker)(admin_stream.events), timeout=30, what="the marker")
+    start = next(e.id for e in admin_stream.events if e.job_id == marker)
+    acme_job = submit(as_(hub, "producer", acme), type=job_type)
+    bravo_job = submit(as_(hub, "producer", bravo), type=job_type)
+    wait_until(lambda: created(bravo_job)(admin_stream.events), timeout=30, what="bravo's job")
+
+    # Resumed after the marker, once the feed is past both jobs: a replay.
+    replay = collect(hub, {**bearer, HEADER: f"worker:{bravo}"}, created(bravo_job), last=start)
+    wait_until(lambda: created(bravo_job)(replay.events), timeout=30, what="the replay")
+    assert {e.job_id for e in replay.events} == {bravo_job}
+    everything = collect(hub, bearer, created(bravo_job), last=start)
+    wait_until(lambda: created(bravo_job)(everything.events), timeout=30, what="the admin's")
+    assert {acme_job, bravo_job} <= {e.job_id for e in everything.events}
+
+
+# -- claims and workers ----------------------------------------------------------------
+
+
+def test_a_tenants_claim_takes_only_its_tenants_jobs(
+    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+) -> None:
+    acme, bravo = tenants
+    first, second, admin = as_(hub, "worker", acme), as_(hub, "worker", bravo), as_(hub)
+    theirs = submit(as_(hub, "producer", bravo), type=job_type)
+    plain = submit(admin, type=job_type)
+    claim = {"worker_id": f"w-{acme}", "types": [job_type], "wait": 1.0}
+    assert first.post("/api/jobs/claim", json=claim).status_code == 204
+
+    mine = submit(as_(hub, "producer", acme), type=job_type)
+    claimed = ok(first.post("/api/jobs/claim", json={**claim, "wait": 10}))
+    assert (claimed["id"], claimed["tenant"]) == (mine, acme)
+    assert (
+        second.post(
+            f"/api/jobs/{mine}/heartbeat", json={"worker_id": claim["worker_id"]}
+        ).status_code
+        == 404
+    )
+    ok(first.post(f"/api/jobs/{mine}/result", json={"worker_id": claim["worker_id"], "result": 1}))
+    # The tenant-less claim and bravo's take theirs.
+    took = ok(admin.post("/api/jobs/claim", json={**claim, "worker_id": "w-plain", "wait": 10}))
+    assert took["id"] == plain
+    took = ok(second.post("/api/jobs/claim", json={**claim, "worker_id": "w-bravo", "wait": 10}))
+    assert took["id"] == theirs
+    for job_id, http, worker in ((plain, admin, "w-plain"), (theirs, second, "w-bravo")):
+        ok(http.post(f"/api/jobs/{job_id}/result", json={"worker_id": worker, "result": 1}))
+
+
+@pytest.fixture
+def tenant_worker(
+    temporal: DevServer, tmp_path: Path, tenants: tuple[str, str], job_type: str
+) -> Iterator[Proc]:
+    """A native worker for acme only, of the test's type (no workflows)."""
+    acme, _ = tenants
+    env = base_env(
+        temporal,
+        WORKER_TENANT=acme,
+        WORKER_TYPES=json.dumps([job_type]),
+        WORKER_RUN_WORKFLOWS="false",
+        NODE_ID=f"worker-{acme}",
+        SOLVER_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    proc = bench.spawn(bench.jobforge("worker"), tmp_path / "worker.log", env)
+    try:
+        proc.wait_for(f"serving job type {job_type}", timeout=30)
+        yield proc
+    finally:
+        proc.stop(timeout=10)
+
+
+def test_a_worker_for_one_tenant_runs_that_tenants_jobs_only(
+    hub: str,
+    as_: Callable[..., httpx.Client],
+    tenants: tuple[str, str],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    tenant_worker: Proc,
+    temporal: DevServer,
+) -> None:
+    acme, bravo = tenants
+    solver = make_solver('print(json.dumps({"ok": True}))\n')
+    admin = as_(hub)
+    mine = [submit(as_(hub, "producer", acme), **solver.spec(job_type)) for _ in range(2)]
+    theirs = submit(as_(hub, "producer", bravo), **solver.spec(job_type))
+    plain = submit(admin, **solver.spec(job_type))
+
+    def ended(job_id: str) -> dict[str, Any] | None:
+        job: dict[str, Any] = ok(admin.get(f"/api/jobs/{job_id}"))
+        return job if job["status"] == "completed" else None
+
+    for job_id in mine:
+        done = wait_until(partial(ended, job_id), timeout=30, what="acme's job")
+        assert done["worker_id"] == f"worker-{acme}"
+    # The session worker (no tenant) runs the job without a tenant; nobody runs bravo's.
+    assert (
+        wait_until(lambda: ended(plain), timeout=30, what="the plain job")["worker_id"]
+        == "session-worker"
+    )
+    deadline = time.monotonic() + UNTOUCHED_S
+    while time.monotonic() < deadline:
+        job = ok(admin.get(f"/api/jobs/{theirs}"))
+        assert (job["status"], job["attempts"], job["waiting_for"]) == (
+            "pending",
+            0,
+            "no_worker",
+        ), job
+        time.sleep(0.1)
+    admin.delete(f"/api/jobs/{theirs}")
+    # The tenant costs the job path nothing: set at the start, never upserted, no marker.
+    assert asyncio.run(tenant_set_in(temporal, mine[0])) == ["started"]
+
+
+async def tenant_set_in(temporal: DevServer, job_id: str) -> list[str]:
+    """Which events of a job's history set JobforgeTenant ("started", "upsert"), and
+    "marker" for each marker."""
+    client = await Client.connect(temporal.address)
+    history = await client.get_workflow_handle(job_id).fetch_history()
+    found = []
+    for event in history.events:
+        if event.HasField("workflow_execution_started_event_attributes"):
+            fields = event.workflow_execution_started_event_attributes.search_attributes
+            if "JobforgeTenant" in fields.indexed_fields:
+                found.append("started")
+        elif event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if "JobforgeTenant" in fields.indexed_fields:
+                found.append("upsert")
+        elif event.HasField("marker_recorded_event_attributes"):
+            found.append("marker")
+    return found
