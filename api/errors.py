@@ -16,6 +16,7 @@ from starlette.routing import Match, Route
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import (
+    Forbidden,
     GroupNotFound,
     HostNotAvailable,
     InvalidField,
@@ -26,6 +27,7 @@ from workflows.errors import (
     PoolFull,
     TemporalCallFailed,
     TemporalUnavailable,
+    TokenNotFound,
     Unauthorized,
 )
 from workflows.host_models import WorkerNotFound
@@ -50,6 +52,8 @@ STATUS: dict[type[JobforgeError], int] = {
     WorkerNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,
+    Forbidden: 403,
+    TokenNotFound: 404,
     HostNotAvailable: 403,
     TemporalUnavailable: 503,
     TemporalCallFailed: 502,
