@@ -3,7 +3,7 @@ tenant), and whether that role may make this call (api/access.py holds the table
 
 `FORGE_INGEST_SECRET` is the bootstrap admin token; every other token is an API token
 from the token registry, checked against the replica's copy of its table
-(api/tokens.py) with one SHA-256 and one dict lookup, no call to Temporal.
+(api/token_table.py) with one SHA-256 and one dict lookup, no call to Temporal.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from workflows.errors import Forbidden, Unauthorized
 from workflows.token_models import Role
 
 if TYPE_CHECKING:
-    from api.tokens import TokenTable
+    from api.token_table import TokenTable
 
 __all__ = [
     "BOOTSTRAP",

@@ -18,7 +18,7 @@ from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
 from api.settings import ApiSettings
-from api.tokens import TokenTable
+from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings
 from engine.log_store import LogSettings

@@ -37,7 +37,7 @@ from api.routes import (
     workers,
 )
 from api.settings import ApiSettings
-from api.tokens import TokenTable
+from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
 from engine.gates import Gates

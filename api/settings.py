@@ -63,7 +63,7 @@ class ApiSettings(BaseSettings):
     events_progress_max_jobs: int = Field(
         default=100, ge=1, le=1000, validation_alias="EVENTS_PROGRESS_MAX_JOBS"
     )
-    # API tokens (api/tokens.py): how often each replica reads the token table (a token
+    # API tokens (api/token_table.py): how often each replica reads the token table (a token
     # revoked anywhere is refused within 5 s whatever this is), and how often it sends
     # the registry its tokens' last uses.
     tokens_refresh_ms: int = Field(

@@ -1,6 +1,6 @@
 """The token registry in process: the workflow (workflows/token_registry.py) on a fresh
 task queue of the session's dev server, driven by two API-side token tables
-(api/tokens.py) standing for two API replicas. No API process runs here;
+(api/token_table.py) standing for two API replicas. No API process runs here;
 tests/test_tokens.py proves the wiring."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.auth import BOOTSTRAP
-from api.tokens import TOKEN_PREFIX, TokenTable, token_hash
+from api.token_table import TOKEN_PREFIX, TokenTable, token_hash
 from tests.conftest import wait_until_async
 from worker.native import workflow_runner
 from workflows.errors import TokenNotFound

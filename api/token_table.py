@@ -20,6 +20,7 @@ import hashlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio.client import (
@@ -64,9 +65,10 @@ log = logging.getLogger("jobforge.api")
 TOKEN_PREFIX = "jf_"
 # The longest a replica trusts its copy of the table: the revocation delay's bound.
 STALE_S = 4.0
-# A token the copy does not know is looked up again at most this often (a token made
-# on another replica a moment ago works at once; forged ones cost one read per second).
-MISS_REREAD_S = 1.0
+# A token the copy does not know waits for a read that began after it came, and reads
+# begin at most this often for such misses: a token made on another replica a moment
+# ago works at once, and forged ones cost at most two reads a second.
+MISS_REREAD_S = 0.5
 READ_TIMEOUT = timedelta(seconds=2)
 # An update that reached the registry as it continued as new is sent again.
 UPDATE_RETRIES = 5
@@ -108,7 +110,8 @@ class TokenTable:
         self._by_hash: dict[str, Principal] = {}
         self._by_id: dict[str, Principal] = {}
         self._read_at: float | None = None  # monotonic start of the last good read
-        self._tried_at = 0.0
+        self._tried_at = 0.0  # monotonic start of the last read begun
+        self._answered_at = 0.0  # monotonic start of the last read that ended
         # This replica's own creates and revokes, reapplied over a read that began
         # before them: (monotonic time, hash, principal or None when revoked).
         self._changes: list[tuple[float, str, Principal | None]] = []
@@ -124,12 +127,7 @@ class TokenTable:
         if secrets.compare_digest(token.encode(), self._bootstrap):
             return BOOTSTRAP
         digest = token_hash(token)
-        await self._fresh()
-        principal = self._by_hash.get(digest)
-        if principal is None and time.monotonic() - self._tried_at >= MISS_REREAD_S:
-            with contextlib.suppress(TemporalUnavailable):
-                await self.refresh()
-            principal = self._by_hash.get(digest)
+        principal = await self._lookup(lambda: self._by_hash.get(digest))
         if principal is not None:
             self._used[principal.id] = now_ms()
         return principal
@@ -139,13 +137,31 @@ class TokenTable:
         the id is not a live token."""
         if token_id == BOOTSTRAP.id:
             return BOOTSTRAP
-        await self._fresh()
-        return self._by_id.get(token_id)
+        return await self._lookup(lambda: self._by_id.get(token_id))
 
-    async def _fresh(self) -> None:
-        """Read the table first if the copy is older than `STALE_S`."""
+    async def _lookup(self, find: Callable[[], Principal | None]) -> Principal | None:
+        """`find()` in a copy no older than `STALE_S`; on a miss, again in a read that
+        began after it."""
         if self._read_at is None or time.monotonic() - self._read_at > STALE_S:
             await self.refresh()
+        principal = find()
+        if principal is None:
+            await self._read_since(time.monotonic())
+            principal = find()
+        return principal
+
+    async def _read_since(self, asked_at: float) -> None:
+        """Wait for a read that began at or after `asked_at` to end (whether it worked
+        or not), starting one no sooner than `MISS_REREAD_S` after the previous."""
+        while self._answered_at < asked_at:
+            reading = self._reading
+            if reading is None or reading.done():
+                wait = self._tried_at + MISS_REREAD_S - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
+            with contextlib.suppress(TemporalUnavailable):
+                await self.refresh()
 
     async def refresh(self) -> None:
         """Read the table now (one read in flight at a time; callers share it)."""
@@ -159,6 +175,12 @@ class TokenTable:
     async def _read(self) -> None:
         began = time.monotonic()
         self._tried_at = began
+        try:
+            await self._read_table(began)
+        finally:
+            self._answered_at = began
+
+    async def _read_table(self, began: float) -> None:
         handle: WorkflowHandle[object, object] = self._client.get_workflow_handle(self._id)
         entries: list[TokenEntry] = []
         try:
