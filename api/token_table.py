@@ -63,6 +63,8 @@ from workflows.token_models import (
 log = logging.getLogger("jobforge.api")
 
 TOKEN_PREFIX = "jf_"
+# 32 bytes in url-safe base64, unpadded.
+TOKEN_LENGTH = len(TOKEN_PREFIX) + 43
 # The longest a replica trusts its copy of the table: the revocation delay's bound.
 STALE_S = 4.0
 # A token the copy does not know waits for a read that began after it came, and reads
@@ -126,6 +128,8 @@ class TokenTable:
         token. Raises `TemporalUnavailable` when the table cannot be read fresh."""
         if secrets.compare_digest(token.encode(), self._bootstrap):
             return BOOTSTRAP
+        if len(token) != TOKEN_LENGTH or not token.startswith(TOKEN_PREFIX):
+            return None  # not a token's shape: refused without the table
         digest = token_hash(token)
         principal = await self._lookup(lambda: self._by_hash.get(digest))
         if principal is not None:
