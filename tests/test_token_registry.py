@@ -8,16 +8,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from api.auth import BOOTSTRAP
-from api.token_table import TOKEN_PREFIX, TokenTable, token_hash
+from api.token_table import STALE_S, TOKEN_PREFIX, TokenTable, token_hash
 from tests.conftest import wait_until_async
 from worker.native import workflow_runner
-from workflows.errors import TokenNotFound
+from workflows.errors import TemporalUnavailable, TokenNotFound
 from workflows.names import (
     TOKEN_REGISTRY_WORKFLOW,
     TOKENS_MEMO,
@@ -149,3 +151,55 @@ async def test_the_table_and_its_memo_survive_continue_as_new(replicas: Replicas
     records = await replicas.b.records()
     assert [r.name for r in records] == ["t1", "t2"]
     assert records[0].last_used_at is not None
+
+
+class Outage:
+    """A client whose reads of the token table fail while `down` (Temporal unreachable
+    from this replica); every other call goes through."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def get_workflow_handle(self, workflow_id: str) -> Any:
+        handle = self.client.get_workflow_handle(workflow_id)
+        outage = self
+
+        class Handle:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(handle, name)
+
+            async def describe(self, **kwargs: Any) -> Any:
+                if outage.down:
+                    raise RPCError("unreachable", RPCStatusCode.UNAVAILABLE, b"")
+                return await handle.describe(**kwargs)
+
+        return Handle()
+
+
+async def test_a_replica_that_cannot_read_the_table_stops_trusting_its_copy(
+    replicas: Replicas,
+) -> None:
+    outage = Outage(replicas.client)
+    cut_off = TokenTable(outage, replicas.task_queue, SECRET)  # type: ignore[arg-type]
+    _, token = await replicas.a.create("ci", "producer", None)
+    assert await cut_off.resolve(token) is not None
+    outage.down = True
+    # Its copy serves a while (no call per request), then refuses: a token revoked
+    # meanwhile elsewhere cannot outlive the copy by more than STALE_S.
+    assert await cut_off.resolve(token) is not None
+
+    async def refused() -> bool:
+        try:
+            await cut_off.resolve(token)
+        except TemporalUnavailable:
+            return True
+        return False
+
+    await wait_until_async(refused, timeout=STALE_S + 5, what="the stale copy to be refused")
+    assert await cut_off.resolve(SECRET) == BOOTSTRAP  # the bootstrap secret needs no table
+    outage.down = False
+    assert await cut_off.resolve(token) is not None
