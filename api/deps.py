@@ -1,19 +1,17 @@
 """FastAPI dependencies: every service a route uses, as an `Annotated` alias, and the
-bearer check. The app keeps one `Services` (built at startup); routes never read
-`app.state` themselves."""
+token check (`Authorized`: the caller's principal and its role, api/auth.py). The app
+keeps one `Services` (built at startup); routes never read `app.state` themselves."""
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from fastapi.security.utils import get_authorization_scheme_param
 from temporalio.client import Client
 
 from api.agent_bridge import Bridge
+from api.auth import require_token
 from api.event_feed import EventFeed
 from api.gate_service import GateService
 from api.job_service import JobService
@@ -21,12 +19,12 @@ from api.job_views import JobViews
 from api.metrics_registry import Metrics
 from api.settings import ApiSettings
 from api.tenancy import Scope, current_scope
+from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings
 from engine.log_store import LogSettings
-from workflows.errors import Unauthorized
 
-_bearer = HTTPBearer(auto_error=False, description="FORGE_INGEST_SECRET")
+__all__ = ["Authorized", "require_token"]
 
 
 @dataclass
@@ -40,6 +38,7 @@ class Services:
     workers: WorkerDirectory
     feed: EventFeed
     gates: GateService
+    tokens: TokenTable
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,11 @@ def get_feed(request: Request) -> EventFeed:
     return _services(request).feed
 
 
+def get_tokens(request: Request) -> TokenTable:
+    """The replica's token table and the token registry."""
+    return _services(request).tokens
+
+
 def get_metrics(request: Request) -> Metrics:
     """The Prometheus registry (exists before startup: counters are cheap)."""
     metrics: Metrics = request.app.state.metrics
@@ -104,30 +108,12 @@ ViewsDep = Annotated[JobViews, Depends(get_views)]
 BridgeDep = Annotated[Bridge, Depends(get_bridge)]
 WorkersDep = Annotated[WorkerDirectory, Depends(get_workers)]
 FeedDep = Annotated[EventFeed, Depends(get_feed)]
+TokensDep = Annotated[TokenTable, Depends(get_tokens)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 ConfigDep = Annotated[Config, Depends(get_config)]
 # The tenants a caller reaches (api/tenancy.py).
 ScopeDep = Annotated[Scope, Depends(current_scope)]
 
 
-def bearer_ok(request: Request) -> bool:
-    """Whether the request carries `Authorization: Bearer <FORGE_INGEST_SECRET>`."""
-    secret = get_config(request).api.forge_ingest_secret
-    scheme, given = get_authorization_scheme_param(request.headers.get("authorization"))
-    return (
-        scheme.lower() == "bearer"
-        and bool(given)
-        and secrets.compare_digest(given.encode(), secret.encode())
-    )
-
-
-def require_token(
-    request: Request,
-    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """401 unless `bearer_ok` (the `_bearer` dependency documents the scheme in OpenAPI)."""
-    if not bearer_ok(request):
-        raise Unauthorized("missing or invalid bearer token (FORGE_INGEST_SECRET)")
-
-
+# 401 without a valid token, 403 when its role may not make the call (api/access.py).
 Authorized = Depends(require_token)

@@ -17,6 +17,7 @@ from starlette.routing import Match, Route
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import (
+    Forbidden,
     GateNotFound,
     GroupNotFound,
     HostNotAvailable,
@@ -29,6 +30,7 @@ from workflows.errors import (
     TemporalCallFailed,
     TemporalUnavailable,
     TenantForbidden,
+    TokenNotFound,
     Unauthorized,
 )
 from workflows.host_models import WorkerNotFound
@@ -54,6 +56,8 @@ STATUS: dict[type[JobforgeError], int] = {
     WorkerNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,
+    Forbidden: 403,
+    TokenNotFound: 404,
     HostNotAvailable: 403,
     TenantForbidden: 403,
     TemporalUnavailable: 503,

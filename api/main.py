@@ -33,9 +33,11 @@ from api.routes import (
     metrics,
     ops,
     scheduling,
+    tokens,
     workers,
 )
 from api.settings import ApiSettings
+from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
 from engine.gates import Gates
@@ -95,6 +97,13 @@ def create_app(
             FeedSettings(poll_ms=settings.events_poll_ms, settle_ms=settings.events_settle_ms),
             on_event=registry.observe,
         )
+        token_table = TokenTable(
+            client,
+            temporal.task_queue,
+            settings.forge_ingest_secret,
+            refresh_s=settings.tokens_refresh_ms / 1000,
+            flush_s=settings.tokens_use_flush_s,
+        )
         app.state.services = Services(
             client=client,
             jobs=job_service,
@@ -105,9 +114,12 @@ def create_app(
             gates=GateService(
                 client, temporal, gates, job_service.cancel, settings.metrics_cache_ms
             ),
+            tokens=token_table,
         )
+        token_table.start()
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
         yield
+        await token_table.stop()
         await feed.stop()
 
     app = FastAPI(
@@ -120,7 +132,19 @@ def create_app(
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)
-    modules = (health, metrics, dashboard, events, workers, agents, jobs, logs, scheduling, ops)
+    modules = (
+        health,
+        metrics,
+        dashboard,
+        events,
+        workers,
+        agents,
+        jobs,
+        logs,
+        scheduling,
+        ops,
+        tokens,
+    )
     for module in modules:
         app.include_router(module.router)
     contracts.mount(app, contract_settings or ContractSettings(), registry)

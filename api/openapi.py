@@ -71,7 +71,8 @@ def document(app: FastAPI) -> None:
                 if "requestBody" in operation:
                     add("400", "Body is not parseable")
                 if operation.get("security"):
-                    add("401", "Missing or invalid bearer token")
+                    add("401", "Missing, invalid or revoked bearer token")
+                    add("403", "The token's role may not make this call")
                 if "{job_id}" in path:
                     add("404", "No such job")
                 if path.startswith("/api/groups/{group}") and method in ("get", "post"):

@@ -63,6 +63,15 @@ class ApiSettings(BaseSettings):
     events_progress_max_jobs: int = Field(
         default=100, ge=1, le=1000, validation_alias="EVENTS_PROGRESS_MAX_JOBS"
     )
+    # API tokens (api/token_table.py): how often each replica reads the token table (a token
+    # revoked anywhere is refused within 5 s whatever this is), and how often it sends
+    # the registry its tokens' last uses.
+    tokens_refresh_ms: int = Field(
+        default=2000, ge=100, le=2000, validation_alias="TOKENS_REFRESH_MS"
+    )
+    tokens_use_flush_s: float = Field(
+        default=30.0, ge=0.1, le=3600, validation_alias="TOKENS_USE_FLUSH_S"
+    )
     temporal_retry_ms: int = Field(
         default=2000, ge=0, le=60_000, validation_alias="API_TEMPORAL_RETRY_MS"
     )

@@ -9,7 +9,8 @@ measures, one after the other:
 
 1. jobforge: the real API (`python -m worker.cli api`) and one native worker
    (`python -m worker.cli worker`, WORKER_TYPES=noop, a solver that prints `{}`) as
-   subprocesses; N jobs submitted with POST /api/jobs at bounded concurrency.
+   subprocesses; N jobs submitted with POST /api/jobs at bounded concurrency, with
+   the bootstrap secret or (`--token producer`) an API token.
 2. bare: a minimal workflow (`bench.bare.BareJob`) running one no-op activity on its
    own task queue, served by one Python worker subprocess (this module with
    `--bare-worker`, with the same activity concurrency and poller settings jobforge's
@@ -240,6 +241,11 @@ async def jobforge_phase(bench: Bench, client: Client) -> Phase:
     # Idle jobforge processes would only add noise to the other phase: both stop after.
     with api, worker:
         async with api_client(api_port, timeout=120, connections=args.concurrency) as http:
+            if args.token != "admin":
+                # Submitted with an API token of this role, checked on every POST.
+                made = await http.post("/api/tokens", json={"name": "bench", "role": args.token})
+                made.raise_for_status()
+                http.headers["Authorization"] = f"Bearer {made.json()['token']}"
 
             async def submit(index: int) -> str:
                 return await submit_job(http, JOB_TYPE, {"i": index})
@@ -341,7 +347,7 @@ def settings(bench: Bench) -> str:
     order = "bare,jobforge" if args.bare_first else "jobforge,bare"
     return (
         f"jobs={args.jobs} concurrency={args.concurrency} cores={args.cores} "
-        f"warmup={args.warmup} order={order}"
+        f"warmup={args.warmup} order={order} token={args.token}"
     )
 
 
@@ -366,6 +372,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=900, help="max seconds per phase")
     parser.add_argument(
         "--bare-first", action="store_true", help="run the bare phase first (order check)"
+    )
+    parser.add_argument(
+        "--token",
+        choices=("admin", "producer"),
+        default="admin",
+        help="submit with the bootstrap secret (admin) or an API token of the producer role",
     )
     args = parse(parser, argv, bare_worker=True)
     if args.jobs < 1 or args.concurrency < 1 or args.cores < 1:

@@ -85,7 +85,8 @@ def test_importing_the_agent_does_not_load_fastapi_or_the_api() -> None:
 
 def test_workflow_definitions_load_no_io_module_of_jobforge() -> None:
     loaded = loaded_modules(
-        "workflows.job_workflow, workflows.type_registry, workflows.worker_record"
+        "workflows.job_workflow, workflows.type_registry, workflows.worker_record, "
+        "workflows.token_registry"
     )
     assert not {m for m in loaded if m.split(".")[0] in ("engine", "activities", "api", "worker")}
     assert "pydantic_settings" not in loaded

@@ -34,6 +34,7 @@ from worker.cli_common import (
 )
 from worker.cli_ops import ops_app
 from worker.cli_scheduling import group_app, pool_app, target_app
+from worker.cli_tokens import token_app
 from worker.hub_client import (
     HubClient,
     HubError,
@@ -590,6 +591,7 @@ app.add_typer(group_app, name="group")
 app.add_typer(pool_app, name="pool")
 app.add_typer(target_app, name="target")
 app.add_typer(ops_app, name="ops")
+app.add_typer(token_app, name="token")
 
 
 def main() -> None:

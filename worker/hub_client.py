@@ -337,6 +337,22 @@ class HubClient:
         target: dict[str, Any] = self._json("POST", _target_path(name, "resume"), json={"job": job})
         return target
 
+    def create_token(self, name: str, role: str, tenant: str | None) -> dict[str, Any]:
+        """POST /api/tokens: `{id, token, name, role, tenant, created_at}`; the token is
+        in this answer only."""
+        body = {"name": name, "role": role, "tenant": tenant}
+        created: dict[str, Any] = self._json("POST", "/api/tokens", json=body)
+        return created
+
+    def tokens(self) -> list[dict[str, Any]]:
+        """GET /api/tokens: every live token, without secrets."""
+        listed: list[dict[str, Any]] = self._json("GET", "/api/tokens")
+        return listed
+
+    def revoke_token(self, token_id: str) -> None:
+        """DELETE /api/tokens/{id}."""
+        self.call("DELETE", _path("tokens", token_id))
+
     def events(
         self,
         statuses: list[str],

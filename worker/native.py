@@ -27,6 +27,7 @@ from workflows.errors import HostNotAvailable
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import WorkerInfo
+from workflows.token_registry import TokenRegistry
 from workflows.type_registry import JobTypeRegistry
 from workflows.worker_record import WorkerRecordWorkflow
 
@@ -46,11 +47,18 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 
 def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
-    """The worker that runs JobWorkflow and the type registry."""
+    """The worker that runs JobWorkflow, the gates and the registries (job types,
+    workers, API tokens)."""
     return Worker(
         client,
         task_queue=temporal.task_queue,
-        workflows=[JobWorkflow, JobTypeRegistry, WorkerRecordWorkflow, GateWorkflow],
+        workflows=[
+            JobWorkflow,
+            JobTypeRegistry,
+            WorkerRecordWorkflow,
+            GateWorkflow,
+            TokenRegistry,
+        ],
         workflow_runner=workflow_runner(),
     )
 

@@ -67,6 +67,10 @@ class ErrorType(StrEnum):
     # Not a failure: the reason on the transition of a job whose preferred host took
     # no attempt within preferred_host_wait_ms, so it went to the shared queue.
     PREFERRED_HOST_TIMEOUT = "preferred_host_timeout"
+    # The token registry's refusals (workflows/token_registry.py): a revoke of an id
+    # it does not hold, a create past its most tokens.
+    TOKEN_NOT_FOUND = "token_not_found"
+    TOKEN_LIMIT = "token_limit"
 
 
 # Failures that end the job at once, whatever attempts remain.
@@ -255,3 +259,14 @@ class GateNotFound(JobforgeError):  # noqa: N818 - the domain's own words
 
 class Unauthorized(JobforgeError):  # noqa: N818 - the domain's own words
     """A missing or wrong token."""
+
+
+class Forbidden(JobforgeError):  # noqa: N818 - the domain's own words
+    """A valid token whose role may not make this call."""
+
+
+class TokenNotFound(JobforgeError):  # noqa: N818 - the domain's own words
+    """No token has this id (it never existed, or it was revoked)."""
+
+    def __init__(self, token_id: str) -> None:
+        super().__init__(f"token {token_id} not found", id=token_id)

@@ -34,6 +34,20 @@ REGISTER_SIGNAL = "register"
 SEEN_SIGNAL = "seen"
 RECORD_MEMO = "worker"
 
+# -- TokenRegistry: the API tokens of a deployment (workflows/token_registry.py) ------
+TOKEN_REGISTRY_WORKFLOW = "TokenRegistry"
+CREATE_TOKEN_UPDATE = "create_token"
+REVOKE_TOKEN_UPDATE = "revoke_token"
+TOKENS_USED_SIGNAL = "tokens_used"
+TOKENS_QUERY = "tokens"
+TOKENS_MEMO = "tokens"
+
+
+def token_registry_workflow_id(task_queue: str) -> str:
+    """The token registry of the jobforge deployment on `task_queue` (it runs there)."""
+    return f"jobforge-tokens-{task_queue}"
+
+
 # The HTTP bridge polls attempts under this identity prefix (api/agent_bridge.py); the
 # workflow tells a bridge-held attempt from a native worker's by it.
 BRIDGE_IDENTITY_PREFIX = "jobforge-bridge@"

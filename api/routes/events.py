@@ -13,7 +13,8 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
-from api.deps import Authorized, ConfigDep, FeedDep, bearer_ok
+from api.auth import BOOTSTRAP, Principal, PrincipalDep, bearer_of, check_access
+from api.deps import Authorized, ConfigDep, FeedDep, TokensDep
 from api.event_feed import JobEvent, JobProgress, ProgressSettings, key_of
 from api.tenancy import NO_TENANT, Scope, named_tenant, scope_of
 from workflows.errors import InvalidField, TenantForbidden, Unauthorized
@@ -26,18 +27,34 @@ STREAM_TOKEN_TTL_S = 300
 _TYPE_RE = re.compile(TYPE_PATTERN)
 
 
-def sign_stream_token(secret: str, expires: int) -> str:
-    """`<expires>.<hmac>`: lets a browser's EventSource in without the secret in a URL."""
-    mac = hmac.new(secret.encode(), f"events:{expires}".encode(), hashlib.sha256).hexdigest()
-    return f"{expires}.{mac}"
+def sign_stream_token(secret: str, expires: int, principal_id: str) -> str:
+    """`<expires>.<token id>.<hmac>`: lets a browser's EventSource in without its token
+    in a URL, as the principal whose token asked for it."""
+    mac = _mac(secret, f"events:{expires}:{principal_id}")
+    return f"{expires}.{principal_id}.{mac}"
 
 
-def stream_token_valid(secret: str, token: str, now: float) -> bool:
-    """Whether a stream token is ours and not expired."""
-    expires_raw, _, _ = token.partition(".")
+def _mac(secret: str, text: str) -> str:
+    return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def stream_token_principal(secret: str, token: str, now: float) -> str | None:
+    """The token id a stream token was issued to, if it is ours and not expired. The
+    older `<expires>.<hmac>` form was only ever issued to the bootstrap secret."""
+    parts = token.split(".")
+    if len(parts) == 2:
+        expires_raw, principal_id = parts[0], BOOTSTRAP.id
+        expected = f"{expires_raw}.{_mac(secret, f'events:{expires_raw}')}"
+    elif len(parts) == 3:
+        expires_raw, principal_id = parts[0], parts[1]
+        expected = (
+            f"{expires_raw}.{principal_id}.{_mac(secret, f'events:{expires_raw}:{principal_id}')}"
+        )
+    else:
+        return None
     if not expires_raw.isdigit() or int(expires_raw) < now:
-        return False
-    return hmac.compare_digest(sign_stream_token(secret, int(expires_raw)), token)
+        return None
+    return principal_id if hmac.compare_digest(expected, token) else None
 
 
 class StreamToken(BaseModel):
@@ -48,46 +65,52 @@ class StreamToken(BaseModel):
 
 
 @router.post("/events/token", response_model=StreamToken, dependencies=[Authorized])
-async def stream_token(config: ConfigDep) -> StreamToken:
-    """Issue a stream token (valid five minutes) for clients that cannot send headers."""
+async def stream_token(config: ConfigDep, principal: PrincipalDep) -> StreamToken:
+    """Issue a stream token (valid five minutes) for clients that cannot send headers;
+    the stream it opens is the asking token's (its role and tenant)."""
     expires = int(time.time()) + STREAM_TOKEN_TTL_S
     return StreamToken(
-        token=sign_stream_token(config.api.forge_ingest_secret, expires),
+        token=sign_stream_token(config.api.forge_ingest_secret, expires, principal.id),
         expires_at=expires * 1000,
     )
 
 
-def stream_access(
+async def stream_access(
     request: Request,
     config: ConfigDep,
+    tokens: TokensDep,
     token: Annotated[str | None, Query(max_length=200)] = None,
 ) -> None:
-    """Open by default; with EVENTS_REQUIRE_TOKEN, a bearer or a stream token."""
-    if not config.api.events_require_token:
-        return
-    if bearer_ok(request):
-        return
-    if token and stream_token_valid(config.api.forge_ingest_secret, token, time.time()):
-        return
-    raise Unauthorized("events need a bearer token or a stream token (?token=)")
+    """Open by default; with EVENTS_REQUIRE_TOKEN, a bearer or a stream token. A valid
+    one is the request's principal either way (`request.state.principal`); on the open
+    stream a refused one counts as none."""
+    principal: Principal | None = None
+    given = bearer_of(request)
+    if given is not None:
+        principal = await tokens.resolve(given)
+    elif token:
+        issued_to = stream_token_principal(config.api.forge_ingest_secret, token, time.time())
+        if issued_to is not None:
+            principal = await tokens.by_id(issued_to)
+    if principal is not None:
+        check_access(principal, request)
+        request.state.principal = principal
+    elif config.api.events_require_token:
+        raise Unauthorized("events need a bearer token or a stream token (?token=)")
 
 
 def stream_scope(
     request: Request,
-    config: ConfigDep,
-    token: Annotated[str | None, Query(max_length=200)] = None,
     x_tenant: Annotated[str | None, Header(alias="X-Tenant")] = None,
 ) -> Scope:
-    """Whose events a client gets: a token's scope (the bootstrap admin's, or a stream
-    token's: every tenant's unless it names one with X-Tenant); without a token, the
-    events of jobs with no tenant."""
+    """Whose events a client gets: its token's scope (a stream token's is the scope of
+    the token that asked for it; an admin's is every tenant's unless it names one with
+    X-Tenant), as `stream_access` found it; without a token, the events of jobs with no
+    tenant."""
     named = named_tenant(x_tenant)
     principal = getattr(request.state, "principal", None)
     if principal is not None:
         return scope_of(principal, named)
-    secret = config.api.forge_ingest_secret
-    if bearer_ok(request) or (token and stream_token_valid(secret, token, time.time())):
-        return scope_of(None, named)
     if named is not None:
         raise TenantForbidden("X-Tenant", named, None)
     return NO_TENANT  # the open stream
