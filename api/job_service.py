@@ -67,6 +67,7 @@ from workflows.models import (
     events_memo,
     pending_job,
     priority_key,
+    tenant_gate_problem,
 )
 from workflows.names import (
     CANCEL_UPDATE,
@@ -155,6 +156,8 @@ class JobService:
     async def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> Job:
         """Start a JobWorkflow; with a key, the same key and body give the same job.
         `spec.tenant` is the job's tenant as the caller's scope stamped it."""
+        if (wrong_gate := tenant_gate_problem(spec)) is not None:
+            raise InvalidField(*wrong_gate)
         if spec.solver_url is not None:
             await self._check_solver_url(spec.solver_url)
         if spec.container is not None:

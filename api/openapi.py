@@ -82,9 +82,8 @@ def document(app: FastAPI) -> None:
                     add("409", "The job has ended (fail), or cannot be re-queued in its state")
                 if path.endswith("/requeue"):
                     add("410", "The job is past the namespace's retention: its record is gone")
-                if path.startswith("/api/targets/{target}"):
-                    # Any name but one with a line break, which no route matches.
-                    add("404", "No route for this target name (it holds a line break)")
+                if path.startswith(("/api/groups/{", "/api/pools/{", "/api/targets/{")):
+                    add("404", "No such gate in the caller's tenant (or a name with a line break)")
                 if path.startswith(("/ops/jobs/", "/targets/{target_id}/jobs/")):
                     add("409", "The job's state does not allow it (see the message)")
                 if path == "/job/{job_id}" and method == "delete":

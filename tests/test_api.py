@@ -224,6 +224,9 @@ def test_the_dashboard_page_and_its_assets_are_served_without_a_token(api: Api) 
         ("PATCH", "/api/groups/acme/pause", "POST"),
         ("GET", "/api/groups/acme/retry-failed", "POST"),
         ("PUT", "/api/pools/acme/lock", "DELETE, POST"),
+        # A name that would not be valid either way: still the action's path.
+        ("GET", "/api/targets/a/b/resume", "POST"),
+        ("PATCH", "/api/groups/a/b/pause", "POST"),
     ],
 )
 def test_a_method_a_path_does_not_serve_answers_405_naming_the_ones_it_does(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Response, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response, status
 
 from api.deps import Authorized, GatesDep, ScopeDep
 from api.gate_service import (
@@ -24,8 +24,6 @@ from api.gate_service import (
 )
 from workflows.gate_models import TargetResume
 from workflows.models import TARGET_PATTERN, TENANT_GATE_PATTERN
-
-router = APIRouter(prefix="/api", tags=["scheduling"], dependencies=[Authorized])
 
 GroupName = Annotated[
     str, Path(pattern=TENANT_GATE_PATTERN, description="Group: `name` or `tenant/name`")
@@ -47,25 +45,33 @@ _ACTIONS = {
 }
 
 
-def _not_an_action(kind: str, name: str) -> None:
-    if "/" in name and name.rsplit("/", 1)[1] in _ACTIONS[kind]:
-        raise HTTPException(status.HTTP_405_METHOD_NOT_ALLOWED)
+def _not_an_action(request: Request) -> None:
+    """405 on a gate's own route (`…/{kind:path}`) for a name that ends in one of its
+    kind's actions; before the name is validated, so that it is the first answer."""
+    template: str = getattr(request.scope.get("route"), "path", "")
+    for kind, actions in _ACTIONS.items():
+        if template.endswith(f"{{{kind}:path}}"):
+            name = str(request.path_params.get(kind, ""))
+            if "/" in name and name.rsplit("/", 1)[1] in actions:
+                raise HTTPException(status.HTTP_405_METHOD_NOT_ALLOWED)
+
+
+router = APIRouter(
+    prefix="/api", tags=["scheduling"], dependencies=[Authorized, Depends(_not_an_action)]
+)
 
 
 def _own_group(group: GroupName, scope: ScopeDep) -> str:
-    _not_an_action("group", group)
     scope.check_gate("group", group)
     return group
 
 
 def _own_pool(pool: PoolName, scope: ScopeDep) -> str:
-    _not_an_action("pool", pool)
     scope.check_gate("pool", pool)
     return pool
 
 
 def _own_target(target: TargetName, scope: ScopeDep) -> str:
-    _not_an_action("target", target)
     scope.check_gate("target", target)
     return target
 

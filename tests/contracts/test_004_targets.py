@@ -178,6 +178,16 @@ def test_a_queued_job_is_canceled_and_the_tenant_is_required_and_scopes_jobs(
         target.base, json={"type": target.job_type, "target": "x/y"}, headers=target.headers
     )
     assert clash.status_code == 422 and "target" in clash.text
+    # A group or pool outside the tenant is refused here, and no job is made (a job
+    # made with it would never run: nothing may fail where the workflow reads it).
+    for field in ("group", "pool"):
+        wrong = hub.http.post(
+            target.base, json={"type": target.job_type, field: "shared"}, headers=target.headers
+        )
+        assert wrong.status_code == 422 and field in wrong.text, wrong.text
+    assert [row["id"] for row in ok(hub.http.get(target.base, headers=target.headers))] == [
+        job["id"]
+    ]
 
 
 def test_a_cancel_while_assigned_pauses_the_job_and_halts_the_target_as_while_running(
