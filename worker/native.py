@@ -209,6 +209,7 @@ class NativeWorker:
             container_types=settings.container_types if self._containers.runtime else [],
             host=settings.host,
             solver_types=settings.solver_types(),
+            tenant=settings.tenant,
         )
         registered = False
         while not stop.is_set():

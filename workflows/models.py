@@ -656,6 +656,9 @@ class WorkerInfo(BaseModel):
     solver_types: Annotated[
         list[Annotated[str, Field(pattern=TYPE_PATTERN)]], Field(max_length=256)
     ] = Field(default_factory=list)
+    # The tenant whose jobs it runs (WORKER_TENANT; a tenant's token registers it for
+    # its own tenant): only that tenant's callers, and admins, list it.
+    tenant: Annotated[str | None, Field(pattern=TENANT_PATTERN)] = None
 
 
 class WorkerRecord(BaseModel):

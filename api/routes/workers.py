@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
-from api.deps import Authorized, ConfigDep, WorkersDep
+from api.deps import Authorized, ConfigDep, ScopeDep, WorkersDep
 from api.worker_directory import WorkerView
-from workflows.errors import HostNotAvailable
+from workflows.errors import HostNotAvailable, TenantForbidden
 from workflows.host_models import WorkerHeartbeat
 from workflows.models import WORKER_ID_PATTERN, WorkerInfo
 
@@ -22,10 +22,17 @@ WorkerId = Annotated[str, Path(pattern=WORKER_ID_PATTERN, description="A registe
     status_code=status.HTTP_204_NO_CONTENT,
     responses={403: {"description": "Neither worker_id nor host is in AVAILABLE_HOSTS"}},
 )
-async def register_worker(info: WorkerInfo, workers: WorkersDep, config: ConfigDep) -> Response:
-    """Register or update a worker's capabilities (durable)."""
+async def register_worker(
+    info: WorkerInfo, workers: WorkersDep, config: ConfigDep, scope: ScopeDep
+) -> Response:
+    """Register or update a worker's capabilities (durable). A tenant's caller registers
+    it for its tenant (another `tenant` in the body is a 403)."""
     if not config.api.hosts.allows_worker(info.worker_id, info.host):
         raise HostNotAvailable(info.worker_id, info.host)
+    if not scope.every:
+        if info.tenant is not None and info.tenant != scope.tenant:
+            raise TenantForbidden("tenant", info.tenant, scope.tenant)
+        info = info.model_copy(update={"tenant": scope.tenant})
     await workers.register(info)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
@@ -45,6 +52,7 @@ async def worker_heartbeat(
 
 
 @router.get("/workers", response_model=list[WorkerView])
-async def list_workers(workers: WorkersDep) -> list[WorkerView]:
-    """Registered workers, native and HTTP, with liveness and jobs held now."""
-    return await workers.list()
+async def list_workers(workers: WorkersDep, scope: ScopeDep) -> list[WorkerView]:
+    """Registered workers, native and HTTP, with liveness and jobs held now: those of
+    the caller's tenant (every one for an admin)."""
+    return [worker for worker in await workers.list() if scope.reaches(worker.tenant)]
