@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response, status
+from fastapi import APIRouter, Depends, Path, Response, status
 
 from api.deps import Authorized, ConfigDep, WorkersDep
+from api.tenancy import current_scope
 from api.worker_directory import WorkerView
 from workflows.errors import HostNotAvailable
 from workflows.host_models import WorkerHeartbeat
@@ -20,7 +21,15 @@ WorkerId = Annotated[str, Path(pattern=WORKER_ID_PATTERN, description="A registe
 @router.post(
     "/workers/register",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={403: {"description": "Neither worker_id nor host is in AVAILABLE_HOSTS"}},
+    responses={
+        403: {
+            "description": "Neither worker_id nor host is in AVAILABLE_HOSTS, or X-Tenant "
+            "names a tenant other than the token's"
+        }
+    },
+    # An agent names its tenant (WORKER_TENANT -> X-Tenant) from its first call: one that
+    # its token may not act for is refused here, before it claims.
+    dependencies=[Depends(current_scope)],
 )
 async def register_worker(info: WorkerInfo, workers: WorkersDep, config: ConfigDep) -> Response:
     """Register or update a worker's capabilities (durable)."""
