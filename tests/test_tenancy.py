@@ -661,3 +661,42 @@ def test_an_agent_with_a_tenants_worker_token_runs_that_tenants_jobs_only(
     finally:
         agent.stop(timeout=10)
         spoofing.stop(timeout=10)
+
+
+# -- audit -----------------------------------------------------------------------------
+
+
+def test_a_jobs_transitions_name_the_token_that_changed_it(
+    hub: str, api: Api, make_solver: Callable[[str], Solver], job_type: str
+) -> None:
+    producer, admin = create_token(api, "producer"), create_token(api, "admin")
+    mine, ops = f"{producer['name']} ({producer['id']})", f"ops: {admin['name']} ({admin['id']})"
+    solver = make_solver("import time\ntime.sleep(60)\n")
+    with (
+        httpx.Client(base_url=hub, headers=bearer(producer["token"]), timeout=30) as http,
+        httpx.Client(base_url=hub, headers=bearer(admin["token"]), timeout=30) as operator,
+    ):
+        job_id = submit(http, **solver.spec(job_type))
+        api.wait_status(job_id, "running")
+        ok(http.post(f"/api/jobs/{job_id}/stop"), 202)
+        job = api.wait_status(job_id, "stopped")
+        steps = [(t["status"], t["by"]) for t in job["transitions"]]
+        assert steps[0] == ("pending", mine)  # the submit
+        assert ("stop_requested", mine) in steps and steps[-1] == ("stopped", mine), steps
+        # Its own course names nobody.
+        assert all(by is None for status, by in steps if status in ("assigned", "running"))
+
+        # An operator's re-queue names the operator's token, and its stop the producer's.
+        requeued = ok(operator.post(f"/api/ops/jobs/{job_id}/requeue"))
+        assert (requeued["transitions"][-1]["status"], requeued["transitions"][-1]["by"]) == (
+            "pending",
+            ops,
+        )
+        ok(http.post(f"/api/jobs/{job_id}/stop"), 202)
+        job = api.wait_status(job_id, "stopped", "failed")
+        assert job["transitions"][-1]["by"] == mine, job["transitions"]
+        # The bootstrap secret is named too.
+        plain = submit(api.http, type=job_type)  # no solver: nobody takes it
+        ok(api.http.delete(f"/api/jobs/{plain}"), 204)
+        last = api.job(plain)["transitions"]
+        assert (last[0]["by"], last[-1]["by"]) == ("bootstrap", "bootstrap")
