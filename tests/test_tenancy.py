@@ -700,3 +700,23 @@ def test_a_jobs_transitions_name_the_token_that_changed_it(
         ok(api.http.delete(f"/api/jobs/{plain}"), 204)
         last = api.job(plain)["transitions"]
         assert (last[0]["by"], last[-1]["by"]) == ("bootstrap", "bootstrap")
+
+
+def test_whoami_names_the_token_without_its_secret(api: Api, hub: str) -> None:
+    created = create_token(api, "reader", f"acme-{uuid.uuid4().hex[:6]}")
+    with httpx.Client(base_url=hub, headers=bearer(created["token"]), timeout=30) as http:
+        me = ok(http.get("/api/whoami"))
+    assert {k: me[k] for k in ("id", "name", "role", "tenant")} == {
+        k: created[k] for k in ("id", "name", "role", "tenant")
+    }
+    assert me["may"] == {
+        "cancel": False,
+        "stop": False,
+        "retry": False,
+        "pause_group": False,
+        "resume_target": False,
+    }
+    assert created["token"] not in json.dumps(me)
+    admin = ok(api.http.get("/api/whoami"))
+    assert (admin["id"], admin["role"], admin["tenant"]) == ("bootstrap", "admin", None)
+    assert all(admin["may"].values())
