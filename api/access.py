@@ -26,6 +26,7 @@ WORK: Access = frozenset({"admin", "worker"})
 READ_OR_WORK: Access = READ | WORK
 WRITE_OR_WORK: Access = WRITE | WORK
 ADMIN_OR_WORK: Access = ADMIN | WORK
+ANY: Access = READ | WORK
 
 # Routes that take no token at all (never behind the check; listed so the table is whole).
 OPEN = frozenset({"GET /healthz", "GET /metrics", "GET /"})
@@ -47,6 +48,8 @@ ROUTES: dict[str, Access] = {
     "GET /api/jobs/page": READ,
     "GET /api/jobs/counts": READ,
     "GET /api/config": READ,
+    # Who the token is (its role and tenant, what the dashboard may show): any token.
+    "GET /api/whoami": ANY,
     # The agent protocol.
     "POST /api/workers/register": WORK,
     "POST /api/workers/{worker_id}/heartbeat": WORK,

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BOOTSTRAP",
+    "ByDep",
+    "OpsByDep",
     "Principal",
     "PrincipalDep",
     "Role",
@@ -47,8 +49,15 @@ class Principal:
     role: Role
     tenant: str | None  # None: no tenant (an admin sees every tenant)
 
+    @property
+    def by(self) -> str:
+        """Who it is in a job's transitions (`by`): its token's name and id, or
+        "bootstrap" for FORGE_INGEST_SECRET."""
+        return self.name if self.id == BOOTSTRAP_ID else f"{self.name} ({self.id})"
 
-BOOTSTRAP = Principal(id="bootstrap", name="bootstrap", role="admin", tenant=None)
+
+BOOTSTRAP_ID = "bootstrap"
+BOOTSTRAP = Principal(id=BOOTSTRAP_ID, name="bootstrap", role="admin", tenant=None)
 
 
 def bearer_of(request: Request) -> str | None:
@@ -97,3 +106,21 @@ def check_access(principal: Principal, request: Request) -> None:
 def require_token(request: Request, principal: PrincipalDep) -> None:
     """401 without a valid token, 403 when its role may not make this call."""
     check_access(principal, request)
+
+
+def caller_by(request: Request) -> str | None:
+    """The caller as a job's transitions name it (`Principal.by`); None on a route a
+    design serves without a token (CONTRACT_AUTH_<NNN>=none)."""
+    principal: Principal | None = getattr(request.state, "principal", None)
+    return None if principal is None else principal.by
+
+
+def ops_by(request: Request) -> str | None:
+    """An operator override's `by`: "ops: <caller>"."""
+    caller = caller_by(request)
+    return None if caller is None else f"ops: {caller}"
+
+
+# Who makes this call, for the transitions it leads to (the token check runs first).
+ByDep = Annotated[str | None, Depends(caller_by)]
+OpsByDep = Annotated[str | None, Depends(ops_by)]

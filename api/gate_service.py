@@ -146,7 +146,7 @@ class GateService:
         client: Client,
         temporal: TemporalSettings,
         gates: Gates,
-        cancel: Callable[[str], Awaitable[object]],
+        cancel: Callable[..., Awaitable[object]],  # (job_id, *, by): JobService.cancel
         cache_ms: int = 0,
     ) -> None:
         self._client = client
@@ -181,20 +181,22 @@ class GateService:
         view = await self._gates.resume(GateKind.GROUP, name, TargetResume())
         return await self._group_view(view)
 
-    async def retry_failed(self, name: str) -> Requeued:
-        """Re-queue the group's quarantined jobs (each keeps its id and history)."""
+    async def retry_failed(self, name: str, by: str | None = None) -> Requeued:
+        """Re-queue the group's quarantined jobs (each keeps its id and history); `by`,
+        the caller, is on each one's transition."""
         await self.group(name)
         query = job_filter(JobStatus.QUARANTINED.value, group=name)
         ids = await self._ids(query + " AND ExecutionStatus = 'Running'")
-        done = await self._each(ids, self._requeue)
+        done = await self._each(ids, lambda job_id: self._requeue(job_id, by))
         return Requeued(requeued=done)
 
-    async def cancel_group(self, name: str) -> Cancelled:
-        """Cancel the group's pending and assigned jobs."""
+    async def cancel_group(self, name: str, by: str | None = None) -> Cancelled:
+        """Cancel the group's pending and assigned jobs; `by`, the caller, is on each
+        one's transition."""
         await self.group(name)
         query = job_filter(statuses=ordered(CANCELLABLE), group=name)
         ids = await self._ids(query)
-        done = await self._each(ids, self._cancel)
+        done = await self._each(ids, lambda job_id: self._cancel(job_id, by=by))
         return Cancelled(cancelled=done)
 
     async def _group_view(self, view: GateView) -> GroupView:
@@ -265,14 +267,17 @@ class GateService:
         view = await self._gates.view(GateKind.TARGET, name)
         return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
 
-    async def resume_target(self, name: str, how: TargetResume) -> TargetView:
-        """Resume a halted target: `retry` re-queues its halting job, which goes first;
-        `skip` leaves that job quarantined and moves on."""
+    async def resume_target(
+        self, name: str, how: TargetResume, by: str | None = None
+    ) -> TargetView:
+        """Resume a halted target: `retry` re-queues its halting job (its transition
+        names `by`, the caller), which goes first; `skip` leaves that job quarantined
+        and moves on."""
         view = await self._gates.view(GateKind.TARGET, name)
         halted_by = view.settings.halted_by if view is not None else None
         if how.job == "retry" and halted_by is not None:
             try:
-                await self._requeue(halted_by)
+                await self._requeue(halted_by, by)
             except JobConflict as err:
                 raise JobConflict(
                     f"the halting job {halted_by} can no longer be retried ({err.message}); "
@@ -381,10 +386,12 @@ class GateService:
 
         return [job_id for job_id in await asyncio.gather(*(one(i) for i in ids)) if job_id]
 
-    async def _requeue(self, job_id: str) -> None:
+    async def _requeue(self, job_id: str, by: str | None = None) -> None:
         handle = self._client.get_workflow_handle(job_id)
         try:
-            await handle.execute_update(REQUEUE_UPDATE, result_type=Job)
+            # `by` only when there is a caller to name: the update as it always was.
+            args = [] if by is None else [by]
+            await handle.execute_update(REQUEUE_UPDATE, args=args, result_type=Job)
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type == ErrorType.NOT_REQUEUEABLE:

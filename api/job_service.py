@@ -74,6 +74,7 @@ from workflows.names import (
     EVENTS_MEMO,
     JOB_QUERY,
     JOB_WORKFLOW,
+    OPS_BY,
     OPS_REQUEUE_UPDATE,
     STOP_UPDATE,
     attempt_activity_id,
@@ -99,8 +100,8 @@ class JobList:
 
 KNOWN_TYPES_TTL_S = 1.0
 SPEC_FIELDS = set(JobSpec.model_fields)
-# Who re-queues a job through the ops routes, in its transitions (`by`).
-REQUEUED_BY = "ops"
+# Who re-queues a job through the ops routes when the call names no caller (`by`).
+REQUEUED_BY = OPS_BY
 
 
 def job_id_for_key(key: str, tenant: str | None = None) -> str:
@@ -153,9 +154,12 @@ class JobService:
 
     # -- submit --------------------------------------------------------------------
 
-    async def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> Job:
+    async def submit(
+        self, spec: JobSpec, idempotency_key: str | None = None, by: str | None = None
+    ) -> Job:
         """Start a JobWorkflow; with a key, the same key and body give the same job.
-        `spec.tenant` is the job's tenant as the caller's scope stamped it."""
+        `spec.tenant` is the job's tenant as the caller's scope stamped it; `by`, the
+        caller, is on its first transition."""
         if (wrong_gate := tenant_gate_problem(spec)) is not None:
             raise InvalidField(*wrong_gate)
         if spec.solver_url is not None:
@@ -188,7 +192,7 @@ class JobService:
                 if refused.reason == "cost_above_capacity":
                     raise InvalidField("cost_units", f"is above pool {spec.pool}'s capacity")
                 raise PoolFull(spec.pool, refused.reason or "pool_full", refused.retry_after_s)
-        inp = self._job_input(job_id, spec, created, (queue, preferred_queue), admitted)
+        inp = self._job_input(job_id, spec, created, (queue, preferred_queue), admitted, by=by)
         job = pending_job(inp)
         start = self._start(
             inp,
@@ -223,8 +227,10 @@ class JobService:
         queues: tuple[str, str | None],
         admitted: Admitted,
         resumed: Job | None = None,
+        by: str | None = None,
     ) -> JobInput:
-        """The workflow's input: the spec and what this API decides for it now."""
+        """The workflow's input: the spec and what this API decides for it now; `by`, who
+        submits (or re-queues) it."""
         gated = spec.group is not None or spec.pool is not None or spec.target is not None
         holds = spec.group is not None or spec.target is not None
         return JobInput(
@@ -243,7 +249,8 @@ class JobService:
             granted=admitted.granted,
             gate_weight=admitted.weight,
             resumed=resumed,
-            resumed_by=REQUEUED_BY if resumed is not None else None,
+            resumed_by=(by or REQUEUED_BY) if resumed is not None else None,
+            submitted_by=by if resumed is None else None,
             stop_waits_for_work=True,
             dispatch_timeout_ms=spec.dispatch_timeout_ms or self._settings.dispatch_timeout_ms,
         )
@@ -445,14 +452,14 @@ class JobService:
 
     # -- stop ----------------------------------------------------------------------
 
-    async def stop(self, job_id: str, scope: Scope = EVERY) -> Job:
+    async def stop(self, job_id: str, scope: Scope = EVERY, by: str | None = None) -> Job:
         """Stop a job: pending or assigned, it is cancelled; running, it goes to
         `stop_requested`, and this asks Temporal to cancel its workflow, which cancels
         the attempt (the worker kills the solver) and ends it `stopped`. A repeated
         stop changes nothing; a job that ended otherwise is a 409."""
         await self.check_scope(job_id, scope)
         handle = self._handle(job_id)
-        job = await self._job_update(job_id, STOP_UPDATE, ErrorType.NOT_STOPPABLE)
+        job = await self._job_update(job_id, STOP_UPDATE, ErrorType.NOT_STOPPABLE, *_by(by))
         if job is None:
             return await self._closed_as(job_id, "stopped", JobStatus.STOPPED)
         if job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED) or job.cancelled:
@@ -461,18 +468,20 @@ class JobService:
 
     # -- operator overrides --------------------------------------------------------
 
-    async def override(self, job_id: str, update: str, *args: object, scope: Scope = EVERY) -> Job:
+    async def override(
+        self, job_id: str, update: str, *args: object, scope: Scope = EVERY, by: str | None = None
+    ) -> Job:
         """Run an operator override (`ops_fail`, `ops_requeue`) on a job; 409 with its
-        status if it has ended (or closed)."""
+        status if it has ended (or closed). `by`: the caller, for its transitions."""
         await self.check_scope(job_id, scope)
-        job = await self._job_update(job_id, update, ErrorType.JOB_ENDED, *args)
+        job = await self._job_update(job_id, update, ErrorType.JOB_ENDED, *args, *_by(by))
         if job is not None:
             return job
         if update == OPS_REQUEUE_UPDATE:
-            return await self._requeue_closed(job_id)
+            return await self._requeue_closed(job_id, by)
         return await self._closed_as(job_id, "changed", cancelled_ok=False)
 
-    async def _requeue_closed(self, job_id: str) -> Job:
+    async def _requeue_closed(self, job_id: str, by: str | None = None) -> Job:
         """Re-queue a job whose execution has closed (it ended, whatever its end): a new
         run under the same id carries the job as it ended (transitions, attempts,
         fail_history) and gives it max_attempts more attempts; then the closed run is
@@ -510,10 +519,10 @@ class JobService:
                 refused = admitted.refused
                 raise PoolFull(spec.pool, refused.reason or "pool_full", refused.retry_after_s)
         inp = self._job_input(
-            job_id, spec, ended.created_at, self._queues(spec), admitted, resumed=ended
+            job_id, spec, ended.created_at, self._queues(spec), admitted, resumed=ended, by=by
         )
         resumed = ended.model_copy(deep=True)
-        JobMachine(resumed).requeue(created, by=REQUEUED_BY)
+        JobMachine(resumed).requeue(created, by=inp.resumed_by)
         try:
             await self._start(
                 inp,
@@ -648,13 +657,20 @@ class JobService:
             status=job.status.value,
         )
 
-    async def cancel(self, job_id: str, scope: Scope = EVERY) -> Job:
-        """Cancel a pending or assigned job; 409 with the status otherwise."""
+    async def cancel(self, job_id: str, scope: Scope = EVERY, by: str | None = None) -> Job:
+        """Cancel a pending or assigned job; 409 with the status otherwise. `by`: the
+        caller, for its transition."""
         await self.check_scope(job_id, scope)
         handle = self._handle(job_id)
-        job = await self._job_update(job_id, CANCEL_UPDATE, ErrorType.NOT_CANCELLABLE)
+        job = await self._job_update(job_id, CANCEL_UPDATE, ErrorType.NOT_CANCELLABLE, *_by(by))
         if job is None:
             return await self._closed_as(job_id, "cancelled")
         # Ends the execution as Canceled in Temporal; the job is already cancelled.
         await handle.cancel()
         return job
+
+
+def _by(by: str | None) -> tuple[str, ...]:
+    """An update's optional `by` argument: sent only when there is a caller to name, so
+    a call without one is the update as it always was."""
+    return () if by is None else (by,)

@@ -51,6 +51,9 @@ class ApiSettings(BaseSettings):
         default=2000, ge=0, le=600_000, validation_alias="METRICS_CACHE_MS"
     )
     events_require_token: bool = Field(default=False, validation_alias="EVENTS_REQUIRE_TOKEN")
+    # /metrics without a token shows every tenant's counts and task queues (the
+    # operator's scrape); true: it needs a token, and a tenant's shows its own only.
+    metrics_require_token: bool = Field(default=False, validation_alias="METRICS_REQUIRE_TOKEN")
     events_poll_ms: int = Field(default=100, ge=10, le=10_000, validation_alias="EVENTS_POLL_MS")
     events_settle_ms: int = Field(default=150, ge=0, le=60_000, validation_alias="EVENTS_SETTLE_MS")
     # `job:progress` on the event stream: while a client is connected, the heartbeat of

@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 
 from api import access
 from api.main import create_app
+from api.routes.dashboard import ACTIONS
 from api.settings import ApiSettings
 
 
@@ -58,3 +59,12 @@ def test_a_reader_may_make_no_call_but_reads() -> None:
         # The stream token: a POST that only opens the event stream, a read.
         if "reader" in roles:
             assert method == "GET" or key == "POST /api/events/token", key
+
+
+def test_the_dashboards_actions_are_routes_of_the_table() -> None:
+    # whoami tells the dashboard which buttons to show from these: a path that is not a
+    # route of the table would read as the admin's only.
+    for action, (method, path) in ACTIONS.items():
+        assert access.route_key(method, path) in access.ROUTES, action
+    assert access.allowed("reader", "GET", "/api/whoami")
+    assert access.allowed("worker", "GET", "/api/whoami")

@@ -214,7 +214,7 @@ def test_the_retry_button_requeues_a_cancelled_job_under_its_id(
     job = api.job(job_id)
     assert job["status"] == "pending"
     last = job["transitions"][-1]
-    assert (last["status"], last["reason"], last["by"]) == ("pending", "requeued", "ops")
+    assert (last["status"], last["reason"], last["by"]) == ("pending", "requeued", "ops: bootstrap")
     # The cancel before it is still on record: the same job went on.
     assert "cancelled" in [t["reason"] for t in job["transitions"][:-1]]
     assert api.http.delete(f"/api/jobs/{job_id}").status_code == 204

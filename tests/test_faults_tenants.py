@@ -3,6 +3,10 @@ own native worker and HTTP agent, and a worker without a tenant, take jobs submi
 at once by the three; one tenant's native worker is killed and restarted mid-run.
 Nothing is lost (L R D M) and no claim crosses tenants (T2, `faultkit.check_tenants`).
 
+Each tenant submits with its own producer token, and its agent holds its own worker
+token (acme's names no tenant: its token is its tenant; bravo's also sends a matching
+WORKER_TENANT). Jobs without a tenant are submitted with the bootstrap secret.
+
 Load: JOBFORGE_FAULT_LOAD=reduced (default, CI) or full (`make faults`).
 """
 
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bench.harness import Proc, wait_until
@@ -49,22 +54,37 @@ def test_two_tenants_workers_and_agents_claim_only_their_own_tenants_jobs(
             env["WORKER_TENANT"] = tenant
         return stack.worker(job_type, name, **env)
 
+    def token(role: str, tenant: str) -> str:
+        body = {"name": f"{role}-{tenant}", "role": role, "tenant": tenant}
+        answer = stack.api.http.post("/api/tokens", json=body)
+        assert answer.status_code == 201, answer.text
+        secret: str = answer.json()["token"]
+        return secret
+
     natives = {tenant: native(f"native-{tenant or 'plain'}", tenant) for tenant in tenants}
+    producers: dict[str | None, httpx.Client] = {None: stack.api.http}
     for tenant in tenants[:2]:
+        assert tenant is not None
+        producers[tenant] = httpx.Client(
+            base_url=stack.api.url,
+            headers={"Authorization": f"Bearer {token('producer', tenant)}"},
+            timeout=30,
+        )
         name = f"agent-{tenant}"
         cache = tmp_path / f"cache-{name}"
         caches.append(cache)
         workers[name] = tenant
-        # The bootstrap token names the tenant (WORKER_TENANT -> X-Tenant).
         env = base_env(
             temporal,
             HUB_URL=stack.api.url,
+            FORGE_INGEST_SECRET=token("worker", tenant),
             NODE_ID=name,
             WORKER_CORES="2",
             WORKER_TYPES=json.dumps([job_type]),
-            WORKER_TENANT=str(tenant),
             SOLVER_CACHE_DIR=str(cache),
         )
+        if tenant == tenants[1]:
+            env["WORKER_TENANT"] = tenant  # its own: accepted
         agent = spawn(["agent"], env)
         agent.wait_for("ready", timeout=30)
         stack.procs.append(agent)
@@ -75,10 +95,10 @@ def test_two_tenants_workers_and_agents_claim_only_their_own_tenants_jobs(
             run = f"{tenant or 'plain'}-{i}-{uuid.uuid4().hex[:6]}"
             params = faultkit.run_params(run, log, sleep_s=1.5)
             spec = solver.spec(job_type, params=params, max_attempts=4)
-            made[stack.api.submit(**spec, **({"tenant": tenant} if tenant else {}))] = (
-                run,
-                tenant,
-            )
+            # The producer's token stamps its tenant (none in the body).
+            answer = producers[tenant].post("/api/jobs", json=spec)
+            assert answer.status_code == 201, answer.text
+            made[answer.json()["id"]] = (run, tenant)
         return made
 
     with ThreadPoolExecutor(len(tenants)) as pool:
@@ -117,3 +137,5 @@ def test_two_tenants_workers_and_agents_claim_only_their_own_tenants_jobs(
     }
     assert all(by_tenant[tenant] for tenant in tenants), by_tenant
     assert not faultkit.check_quiet(solver.path, caches, timeout=20)
+    for tenant in tenants[:2]:
+        producers[tenant].close()

@@ -36,7 +36,7 @@ def test_ops_fail_quarantines_a_pending_job_and_a_second_is_a_409(
     assert answer.status_code == 200, answer.text
     job = answer.json()
     assert (job["status"], job["fail_reason"]) == ("quarantined", "bad data")
-    assert (last(job)["status"], last(job)["by"]) == ("quarantined", "ops")
+    assert (last(job)["status"], last(job)["by"]) == ("quarantined", "ops: bootstrap")
     again = api.http.post(f"/api/ops/jobs/{job_id}/fail", json={"reason": "again"})
     assert again.status_code == 409 and again.json()["status"] == "quarantined"
     assert api.http.post(f"/api/ops/jobs/{job_id}/fail", json={}).status_code == 422
@@ -58,7 +58,7 @@ def test_ops_requeue_ends_an_agents_attempt_and_starts_another(
     answer = api.http.post(f"/api/ops/jobs/{job_id}/requeue")
     assert answer.status_code == 200, answer.text
     job = api.wait_status(job_id, "pending")
-    assert (last(job)["reason"], last(job)["by"]) == ("requeued", "ops")
+    assert (last(job)["reason"], last(job)["by"]) == ("requeued", "ops: bootstrap")
     assert api.http.post(f"/api/jobs/{job_id}/heartbeat", json=beat).status_code == 409
     second = api.http.post("/api/jobs/claim", json=body)
     assert second.status_code == 200, second.text
@@ -163,7 +163,7 @@ def test_a_quarantined_job_is_retried_under_its_id_with_its_history_and_listed_o
     assert answer.status_code == 200, answer.text
     job = answer.json()
     assert (job["id"], job["status"]) == (job_id, "pending")
-    assert (last(job)["reason"], last(job)["by"]) == ("requeued", "ops")
+    assert (last(job)["reason"], last(job)["by"]) == ("requeued", "ops: bootstrap")
     # One job, not two runs: the closed run is gone from lists and counts.
     wait_until(lambda: [j["id"] for j in _listed(api, job_type)] == [job_id], timeout=20)
     assert _listed(api, job_type)[0]["status"] == "pending"

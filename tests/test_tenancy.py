@@ -1,13 +1,13 @@
 """Tenants, process level (docs/architecture.md, "Tenants"): a tenant's job is its own on
 every route, in lists, counts, page tokens, the event stream and its replay, 004's routes,
-the HTTP claim and a native worker started for one tenant. The principal comes from
-tests/principals.py, which stands in for the token check."""
+the HTTP claim, an HTTP agent with a tenant's worker token and a native worker started
+for one tenant. Every caller holds a real API token (`POST /api/tokens`, made with the
+bootstrap secret), as a tenant's client would."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,11 +20,11 @@ import pytest
 from temporalio.client import Client
 
 import bench.harness as bench
+from api import access
 from bench.harness import Proc, wait_until
-from tests.conftest import SECRET, Solver, base_env
+from tests.conftest import SECRET, Api, Solver, base_env
 from tests.helpers import Collector, Sse
-from tests.principals import HEADER
-from worker.devserver import DevServer, free_port, wait_for_port
+from worker.devserver import DevServer
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
@@ -33,32 +33,49 @@ pytestmark = pytest.mark.usefixtures("session_worker")
 UNTOUCHED_S = 3.0
 
 
-@pytest.fixture(scope="module")
-def hub(temporal: DevServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An API whose principals come from `X-Test-Principal` (tests/principals.py)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("tenancy") / "api.log"
-    argv = [sys.executable, "-m", "uvicorn", "tests.principals:create_app", "--factory"]
-    argv += ["--port", str(port), "--log-level", "warning"]
-    proc = bench.spawn(argv, log, base_env(temporal))
-    try:
-        wait_for_port(port, 30, proc.process)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.stop(timeout=10)
+def create_token(api: Api, role: str, tenant: str | None = None) -> dict[str, Any]:
+    """`POST /api/tokens` with the bootstrap secret: `{id, token, name, role, tenant}`."""
+    body = {"name": f"{role}-{tenant or 'none'}-{uuid.uuid4().hex[:6]}", "role": role}
+    answer = api.http.post("/api/tokens", json={**body, "tenant": tenant})
+    assert answer.status_code == 201, answer.text
+    created: dict[str, Any] = answer.json()
+    return created
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
-def as_() -> Iterator[Callable[..., httpx.Client]]:
-    """Factory: a client of the hub for a role and tenant (None: the bootstrap admin,
-    with no principal at all)."""
+def hub(api: Api) -> str:
+    """The session's API: the real token check in front of everything."""
+    return api.url
+
+
+@pytest.fixture
+def token_of(api: Api) -> Callable[..., str]:
+    """Factory: a token of a role and tenant, made once per test (no role: the bootstrap
+    secret)."""
+    made: dict[tuple[str, str | None], str] = {}
+
+    def token(role: str | None = None, tenant: str | None = None) -> str:
+        if role is None:
+            return SECRET
+        if (role, tenant) not in made:
+            made[role, tenant] = create_token(api, role, tenant)["token"]
+        return made[role, tenant]
+
+    return token
+
+
+@pytest.fixture
+def as_(token_of: Callable[..., str]) -> Iterator[Callable[..., httpx.Client]]:
+    """Factory: a client of the hub holding a token of a role and tenant (no role: the
+    bootstrap secret, an admin of every tenant)."""
     clients: list[httpx.Client] = []
 
     def make(url: str, role: str | None = None, tenant: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {SECRET}"}
-        if role is not None:
-            headers[HEADER] = f"{role}:{tenant or ''}"
-        client = httpx.Client(base_url=url, headers=headers, timeout=30)
+        client = httpx.Client(base_url=url, headers=bearer(token_of(role, tenant)), timeout=30)
         clients.append(client)
         return client
 
@@ -78,8 +95,8 @@ def ok(response: httpx.Response, code: int = 200) -> Any:
     return response.json() if response.content else None
 
 
-def submit(http: httpx.Client, **spec: Any) -> str:
-    job_id: str = ok(http.post("/api/jobs", json=spec), 201)["id"]
+def submit(http: httpx.Client, _headers: dict[str, str] | None = None, **spec: Any) -> str:
+    job_id: str = ok(http.post("/api/jobs", json=spec, headers=_headers), 201)["id"]
     return job_id
 
 
@@ -94,36 +111,111 @@ def refused(response: httpx.Response, code: int, field: str) -> str:
 # -- one job ---------------------------------------------------------------------------
 
 
-def test_a_tenants_job_is_a_404_to_another_tenant_on_every_job_route(
+# Every route that names a job, and a body it takes (a well-formed one, so what answers
+# is the job's lookup). The test fails when a route that names a job is not here.
+JOB_ROUTES: dict[str, Any] = {
+    # 000
+    "GET /api/jobs/{job_id}": None,
+    "DELETE /api/jobs/{job_id}": None,
+    "POST /api/jobs/{job_id}/stop": None,
+    "GET /api/jobs/{job_id}/logs": None,
+    "POST /api/jobs/{job_id}/logs": {"worker_id": "w", "attempt": 1, "offset": 0, "lines": []},
+    "POST /api/jobs/{job_id}/heartbeat": {"worker_id": "w"},
+    "POST /api/jobs/{job_id}/result": {"worker_id": "w", "result": 1},
+    "POST /api/jobs/{job_id}/fail": {"worker_id": "w", "reason": "x"},
+    "POST /api/ops/jobs/{job_id}/requeue": None,
+    "POST /api/ops/jobs/{job_id}/fail": {"reason": "no"},
+    "POST /api/ops/jobs/{job_id}/cancel": None,
+    # 001
+    "GET /api/system/scheduler/queue/jobs/{job_id}": None,
+    "POST /api/system/scheduler/queue/jobs/{job_id}/cancel": None,
+    "POST /api/system/scheduler/queue/jobs/{job_id}/heartbeat": {"lease_id": "x:1:w"},
+    "POST /api/system/scheduler/queue/jobs/{job_id}/done": {"lease_id": "x:1:w"},
+    "POST /api/system/scheduler/queue/jobs/{job_id}/failed": {"lease_id": "x:1:w", "reason": "x"},
+    # 003
+    "GET /status/{job_id}": None,
+    "GET /job-info/{job_id}": None,
+    "GET /file-logs/{job_id}": None,
+    "GET /logs/{job_id}": None,
+    "GET /progress/{job_id}": None,
+    "GET /result/{job_id}": None,
+    "POST /stop/{job_id}": None,
+    "DELETE /job/{job_id}": None,
+    "POST /ops/jobs/{job_id}/requeue": {"force": True},
+    "POST /ops/jobs/{job_id}/fail": {"force": True},
+    "POST /ops/jobs/{job_id}/cancel": {"force": True},
+    # 004
+    "GET /targets/{target_id}/jobs/{job_id}": None,
+    "POST /targets/{target_id}/jobs/{job_id}/cancel": None,
+    "POST /targets/{target_id}/jobs/{job_id}/resume": None,
+}
+# Routes that name the job in their body.
+JOB_BODY_ROUTES: dict[str, Any] = {
+    "POST /api/agent/job-status": {"status": "running", "worker_id": "w"},
+}
+# The designs without tenants refuse a tenant's caller on every route (a 403 whatever
+# the id: it tells nothing about the job).
+TENANTLESS_PREFIXES = ("/api/system/scheduler/", "/status/", "/job-info/", "/file-logs/")
+TENANTLESS_003 = ("/logs/", "/progress/", "/result/", "/stop/", "/job/", "/ops/", "/api/agent/")
+
+
+def tenantless_design(path: str) -> bool:
+    return path.startswith(TENANTLESS_PREFIXES + TENANTLESS_003)
+
+
+def caller_role(key: str) -> str | None:
+    """The least role that may make this call (None: the admin's only)."""
+    allowed = access.ROUTES[key]
+    return next((role for role in ("producer", "worker", "reader") if role in allowed), None)
+
+
+def test_a_tenants_job_is_a_404_to_another_tenant_on_every_route_that_names_a_job(
     hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
 ) -> None:
+    assert set(JOB_ROUTES) == {key for key in access.ROUTES if "{job_id}" in key}
     acme, bravo = tenants
     owner = as_(hub, "producer", acme)
-    job_id = submit(owner, type=job_type)  # no worker of the type: it stays pending
+    # acme's job on its target site-1 (004), so 004's routes find it by their path too;
+    # no worker of the type: it stays pending.
+    job_id = ok(owner.post("/targets/site-1/jobs", json={"type": job_type}), 201)["id"]
+    before = ok(owner.get(f"/api/jobs/{job_id}"))
 
-    for other in (as_(hub, "producer", bravo), as_(hub, "producer")):
-        for method, path, body in [
-            ("GET", f"/api/jobs/{job_id}", None),
-            ("DELETE", f"/api/jobs/{job_id}", None),
-            ("POST", f"/api/jobs/{job_id}/stop", None),
-            ("GET", f"/api/jobs/{job_id}/logs", None),
-            (
-                "POST",
-                f"/api/jobs/{job_id}/logs",
-                {"worker_id": "w", "attempt": 1, "offset": 0, "lines": []},
-            ),
-            ("POST", f"/api/ops/jobs/{job_id}/requeue", None),
-            ("POST", f"/api/ops/jobs/{job_id}/fail", {"reason": "no"}),
-            ("POST", f"/api/ops/jobs/{job_id}/cancel", None),
-            ("POST", f"/api/jobs/{job_id}/heartbeat", {"worker_id": "w"}),
-            ("POST", f"/api/jobs/{job_id}/fail", {"worker_id": "w", "reason": "x"}),
-            ("POST", f"/api/jobs/{job_id}/result", {"worker_id": "w", "result": 1}),
-        ]:
-            answer = other.request(method, path, json=body)
-            assert answer.status_code == 404, (method, path, answer.text)
+    calls = [
+        (key, key.split(" ")[1].format(job_id=job_id, target_id="site-1"), body)
+        for key, body in JOB_ROUTES.items()
+    ] + [
+        (key, key.split(" ")[1], {**body, "job_id": job_id})
+        for key, body in JOB_BODY_ROUTES.items()
+    ]
+    for key, path, body in calls:
+        method = key.split(" ")[0]
+        role = caller_role(key)
+        # Bravo's caller: a bravo token of a role that may make the call, or an admin
+        # acting as bravo (X-Tenant).
+        if role is None:
+            answer = as_(hub).request(method, path, json=body, headers={"X-Tenant": bravo})
+        else:
+            answer = as_(hub, role, bravo).request(method, path, json=body)
+        expected = 403 if tenantless_design(path) else 404
+        assert answer.status_code == expected, (key, "bravo", answer.text)
+        assert job_id not in answer.text or expected == 404, (key, answer.text)
+        if role is None:
+            continue  # an admin without a tenant reaches every tenant's job
+        # A caller of no tenant (jobs without one only).
+        answer = as_(hub, role).request(method, path, json=body)
+        if path.startswith("/targets/"):
+            refused(answer, 422, "X-Tenant")  # 004 needs a tenant to act for
+        else:
+            assert answer.status_code == 404, (key, "no tenant", answer.text)
 
-    job = ok(owner.get(f"/api/jobs/{job_id}"))
-    assert (job["tenant"], job["status"]) == (acme, "pending")
+    after = ok(owner.get(f"/api/jobs/{job_id}"))
+    unchanged = ("transitions", "attempts", "fail_history", "status", "worker_id", "result")
+    assert {k: after[k] for k in unchanged} == {k: before[k] for k in unchanged}
+    assert (after["tenant"], after["status"], after["target"]) == (
+        acme,
+        "pending",
+        f"{acme}/site-1",
+    )
     assert ok(as_(hub).get(f"/api/jobs/{job_id}"))["tenant"] == acme  # the admin's
     ok(owner.delete(f"/api/jobs/{job_id}"), 204)
     assert ok(owner.get(f"/api/jobs/{job_id}"))["fail_reason"] == "cancelled"
@@ -175,7 +267,9 @@ def test_naming_another_tenant_is_a_403_and_a_bad_tenant_name_a_422_naming_it(
     )
     refused(owner.get("/targets/site-1/jobs", params={"tenant": bravo}), 403, "tenant")
     refused(
-        owner.post("/api/jobs/claim", json={"worker_id": "w"}, headers=spoofed), 403, "X-Tenant"
+        as_(hub, "worker", acme).post("/api/jobs/claim", json={"worker_id": "w"}, headers=spoofed),
+        403,
+        "X-Tenant",
     )
     # A token without a tenant reaches no tenant's jobs either.
     refused(as_(hub, "producer").get("/api/jobs", headers={"X-Tenant": acme}), 403, "X-Tenant")
@@ -188,6 +282,23 @@ def test_naming_another_tenant_is_a_403_and_a_bad_tenant_name_a_422_naming_it(
     for bad in ("bad name", "-x", "a/b", "x" * 65):
         refused(admin.post("/api/jobs", json={"type": job_type, "tenant": bad}), 422, "tenant")
         refused(admin.get("/api/jobs", headers={"X-Tenant": bad}), 422, "X-Tenant")
+        refused(admin.get("/api/jobs/events", headers={"X-Tenant": bad}), 422, "X-Tenant")
+        refused(admin.get("/targets/site-1/jobs", headers={"X-Tenant": bad}), 422, "X-Tenant")
+        refused(admin.get("/targets/site-1/jobs", params={"tenant": bad}), 422, "tenant")
+    # An admin naming a tenant acts as it: the job is that tenant's.
+    named = submit(admin, type=job_type, _headers={"X-Tenant": acme})
+    assert ok(owner.get(f"/api/jobs/{named}"))["tenant"] == acme
+    # A role's limits hold within its own tenant: acme's reader may not cancel acme's
+    # job (403 naming the role), and the job is untouched.
+    reader = as_(hub, "reader", acme)
+    answer = reader.delete(f"/api/jobs/{named}")
+    assert answer.status_code == 403, answer.text
+    assert answer.json()["error"] == f"role reader may not DELETE /api/jobs/{named}"
+    assert ok(owner.get(f"/api/jobs/{named}"))["status"] == "pending"
+    ok(owner.delete(f"/api/jobs/{named}"), 204)
+    # /metrics is open, but a token sent there is checked.
+    forged = httpx.get(f"{hub}/metrics", headers=bearer("jf_" + "A" * 43), timeout=30)
+    assert forged.status_code == 401, forged.text
     # A tenant's job names its gates <tenant>/<name>.
     refused(owner.post("/api/jobs", json={"type": job_type, "target": "t"}), 422, "target")
     refused(owner.post("/api/jobs", json={"type": job_type, "group": f"{bravo}/g"}), 422, "group")
@@ -271,10 +382,16 @@ def test_a_page_token_from_one_scope_returns_nothing_in_another(
 
 
 def collect(
-    url: str, headers: dict[str, str], done: Callable[[list[Sse]], bool], last: str | None = None
+    url: str,
+    headers: dict[str, str],
+    done: Callable[[list[Sse]], bool],
+    last: str | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Collector:
     """A stream reader sending `headers` (none: the open stream), connected."""
-    collector = Collector(f"{url}/api/jobs/events", {}, done, last_event_id=last, headers=headers)
+    collector = Collector(
+        f"{url}/api/jobs/events", params or {}, done, last_event_id=last, headers=headers
+    )
     collector.run(60)
     assert collector.connected.wait(30)
     assert collector.error is None, collector.error
@@ -286,14 +403,18 @@ def created(job_id: str) -> Callable[[list[Sse]], bool]:
 
 
 def test_the_open_stream_carries_no_tenants_events_and_a_tenants_stream_only_its_own(
-    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+    hub: str,
+    as_: Callable[..., httpx.Client],
+    token_of: Callable[..., str],
+    tenants: tuple[str, str],
+    job_type: str,
 ) -> None:
     acme, bravo = tenants
-    bearer = {"Authorization": f"Bearer {SECRET}"}
-    acme_only = {**bearer, HEADER: f"producer:{acme}"}
     open_stream = collect(hub, {}, lambda _: False)
-    acme_stream = collect(hub, acme_only, lambda _: False)
-    admin_stream = collect(hub, bearer, lambda _: False)
+    acme_stream = collect(hub, bearer(token_of("reader", acme)), lambda _: False)
+    admin_stream = collect(hub, bearer(SECRET), lambda _: False)
+    # A forged token on the open stream is no token: the jobs without a tenant.
+    forged_stream = collect(hub, bearer(token_of("reader", acme)[:-1] + "x"), lambda _: False)
 
     tenant_job = submit(as_(hub, "producer", acme), type=job_type)
     other_job = submit(as_(hub, "producer", bravo), type=job_type)
@@ -309,18 +430,23 @@ def test_the_open_stream_carries_no_tenants_events_and_a_tenants_stream_only_its
     wait_until(lambda: created(plain_job)(open_stream.events), timeout=30, what="the open stream")
     wait_until(lambda: created(plain_job)(admin_stream.events), timeout=30, what="the admin's")
 
-    assert {e.job_id for e in open_stream.events} & {tenant_job, other_job} == set()
-    assert all(e.data["tenant"] is None for e in open_stream.events)
+    wait_until(lambda: created(plain_job)(forged_stream.events), timeout=30, what="forged")
+    for stream in (open_stream, forged_stream):
+        assert {e.job_id for e in stream.events} & {tenant_job, other_job} == set()
+        assert all(e.data["tenant"] is None for e in stream.events)
     wait_until(lambda: created(tenant_job)(acme_stream.events), timeout=30, what="acme's event")
     assert {e.data["tenant"] for e in acme_stream.events} == {acme}
 
 
 def test_a_replay_after_last_event_id_stays_in_the_callers_tenant(
-    hub: str, as_: Callable[..., httpx.Client], tenants: tuple[str, str], job_type: str
+    hub: str,
+    as_: Callable[..., httpx.Client],
+    token_of: Callable[..., str],
+    tenants: tuple[str, str],
+    job_type: str,
 ) -> None:
     acme, bravo = tenants
-    bearer = {"Authorization": f"Bearer {SECRET}"}
-    admin_stream = collect(hub, bearer, lambda _: False)
+    admin_stream = collect(hub, bearer(SECRET), lambda _: False)
     marker = submit(as_(hub), type=job_type)
     wait_until(lambda: created(marker)(admin_stream.events), timeout=30, what="the marker")
     start = next(e.id for e in admin_stream.events if e.job_id == marker)
@@ -328,11 +454,23 @@ def test_a_replay_after_last_event_id_stays_in_the_callers_tenant(
     bravo_job = submit(as_(hub, "producer", bravo), type=job_type)
     wait_until(lambda: created(bravo_job)(admin_stream.events), timeout=30, what="bravo's job")
 
-    # Resumed after the marker, once the feed is past both jobs: a replay.
-    replay = collect(hub, {**bearer, HEADER: f"worker:{bravo}"}, created(bravo_job), last=start)
+    # Resumed after the marker, once the feed is past both jobs: a replay, with bravo's
+    # token and with a stream token (`?token=`, as a browser's) bravo's token asked for.
+    replay = collect(hub, bearer(token_of("worker", bravo)), created(bravo_job), last=start)
     wait_until(lambda: created(bravo_job)(replay.events), timeout=30, what="the replay")
     assert {e.job_id for e in replay.events} == {bravo_job}
-    everything = collect(hub, bearer, created(bravo_job), last=start)
+    issued = ok(as_(hub, "reader", bravo).post("/api/events/token"))["token"]
+    by_stream_token = collect(hub, {}, created(bravo_job), last=start, params={"token": issued})
+    wait_until(lambda: created(bravo_job)(by_stream_token.events), timeout=30, what="its replay")
+    assert {e.job_id for e in by_stream_token.events} == {bravo_job}
+    # acme's replay from the same id, up to an acme job made after bravo's: acme's jobs,
+    # never bravo's.
+    acme_last = submit(as_(hub, "producer", acme), type=job_type)
+    wait_until(lambda: created(acme_last)(admin_stream.events), timeout=30, what="acme's last")
+    acme_replay = collect(hub, bearer(token_of("reader", acme)), created(acme_last), last=start)
+    wait_until(lambda: created(acme_last)(acme_replay.events), timeout=30, what="acme's replay")
+    assert {e.job_id for e in acme_replay.events} == {acme_job, acme_last}
+    everything = collect(hub, bearer(SECRET), created(bravo_job), last=start)
     wait_until(lambda: created(bravo_job)(everything.events), timeout=30, what="the admin's")
     assert {acme_job, bravo_job} <= {e.job_id for e in everything.events}
 
@@ -451,3 +589,134 @@ async def tenant_set_in(temporal: DevServer, job_id: str) -> list[str]:
         elif event.HasField("marker_recorded_event_attributes"):
             found.append("marker")
     return found
+
+
+def start_agent(hub: str, temporal: DevServer, tmp_path: Path, name: str, **env: str) -> Proc:
+    """An HTTP agent of the hub (`jobforge agent`); its token and tenant as given."""
+    full = base_env(
+        temporal,
+        HUB_URL=hub,
+        NODE_ID=name,
+        WORKER_CORES="1",
+        JOB_POLL_INTERVAL_MS="1000",
+        SOLVER_CACHE_DIR=str(tmp_path / f"cache-{name}"),
+        **env,
+    )
+    return bench.spawn(bench.jobforge("agent"), tmp_path / f"{name}.log", full)
+
+
+def test_an_agent_with_a_tenants_worker_token_runs_that_tenants_jobs_only(
+    hub: str,
+    as_: Callable[..., httpx.Client],
+    token_of: Callable[..., str],
+    tenants: tuple[str, str],
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+    temporal: DevServer,
+    tmp_path: Path,
+) -> None:
+    acme, bravo = tenants
+    # Its token is its tenant: no WORKER_TENANT, no X-Tenant.
+    agent = start_agent(
+        hub,
+        temporal,
+        tmp_path,
+        f"agent-{acme}",
+        FORGE_INGEST_SECRET=token_of("worker", acme),
+        WORKER_TYPES=json.dumps([job_type]),
+    )
+    # One naming another tenant than its token's is refused at registration.
+    spoofing = start_agent(
+        hub,
+        temporal,
+        tmp_path,
+        f"agent-spoof-{bravo}",
+        FORGE_INGEST_SECRET=token_of("worker", acme),
+        WORKER_TENANT=bravo,
+        WORKER_TYPES=json.dumps([job_type]),
+    )
+    try:
+        agent.wait_for("ready", timeout=30)
+        assert spoofing.process.wait(timeout=30) != 0
+        assert "registration refused: 403" in spoofing.output(), spoofing.output()
+        assert "X-Tenant" in spoofing.output()
+
+        solver = make_solver('print(json.dumps({"ok": True}))\n')
+        admin = as_(hub)
+        mine = submit(as_(hub, "producer", acme), **solver.spec(job_type))
+        theirs = submit(as_(hub, "producer", bravo), **solver.spec(job_type))
+
+        def ended(job_id: str) -> dict[str, Any] | None:
+            job: dict[str, Any] = ok(admin.get(f"/api/jobs/{job_id}"))
+            return job if job["status"] == "completed" else None
+
+        done = wait_until(partial(ended, mine), timeout=30, what="acme's job")
+        assert done["worker_id"] == f"agent-{acme}"
+        deadline = time.monotonic() + UNTOUCHED_S
+        while time.monotonic() < deadline:
+            job = ok(admin.get(f"/api/jobs/{theirs}"))
+            assert (job["status"], job["attempts"]) == ("pending", 0), job
+            time.sleep(0.1)
+        admin.delete(f"/api/jobs/{theirs}")
+    finally:
+        agent.stop(timeout=10)
+        spoofing.stop(timeout=10)
+
+
+# -- audit -----------------------------------------------------------------------------
+
+
+def test_a_jobs_transitions_name_the_token_that_changed_it(
+    hub: str, api: Api, make_solver: Callable[[str], Solver], job_type: str
+) -> None:
+    producer, admin = create_token(api, "producer"), create_token(api, "admin")
+    mine, ops = f"{producer['name']} ({producer['id']})", f"ops: {admin['name']} ({admin['id']})"
+    solver = make_solver("import time\ntime.sleep(60)\n")
+    with (
+        httpx.Client(base_url=hub, headers=bearer(producer["token"]), timeout=30) as http,
+        httpx.Client(base_url=hub, headers=bearer(admin["token"]), timeout=30) as operator,
+    ):
+        job_id = submit(http, **solver.spec(job_type))
+        api.wait_status(job_id, "running")
+        ok(http.post(f"/api/jobs/{job_id}/stop"), 202)
+        job = api.wait_status(job_id, "stopped")
+        steps = [(t["status"], t["by"]) for t in job["transitions"]]
+        assert steps[0] == ("pending", mine)  # the submit
+        assert ("stop_requested", mine) in steps and steps[-1] == ("stopped", mine), steps
+        # Its own course names nobody.
+        assert all(by is None for status, by in steps if status in ("assigned", "running"))
+
+        # An operator's re-queue names the operator's token, and its stop the producer's.
+        requeued = ok(operator.post(f"/api/ops/jobs/{job_id}/requeue"))
+        assert (requeued["transitions"][-1]["status"], requeued["transitions"][-1]["by"]) == (
+            "pending",
+            ops,
+        )
+        ok(http.post(f"/api/jobs/{job_id}/stop"), 202)
+        job = api.wait_status(job_id, "stopped", "failed")
+        assert job["transitions"][-1]["by"] == mine, job["transitions"]
+        # The bootstrap secret is named too.
+        plain = submit(api.http, type=job_type)  # no solver: nobody takes it
+        ok(api.http.delete(f"/api/jobs/{plain}"), 204)
+        last = api.job(plain)["transitions"]
+        assert (last[0]["by"], last[-1]["by"]) == ("bootstrap", "bootstrap")
+
+
+def test_whoami_names_the_token_without_its_secret(api: Api, hub: str) -> None:
+    created = create_token(api, "reader", f"acme-{uuid.uuid4().hex[:6]}")
+    with httpx.Client(base_url=hub, headers=bearer(created["token"]), timeout=30) as http:
+        me = ok(http.get("/api/whoami"))
+    assert {k: me[k] for k in ("id", "name", "role", "tenant")} == {
+        k: created[k] for k in ("id", "name", "role", "tenant")
+    }
+    assert me["may"] == {
+        "cancel": False,
+        "stop": False,
+        "retry": False,
+        "pause_group": False,
+        "resume_target": False,
+    }
+    assert created["token"] not in json.dumps(me)
+    admin = ok(api.http.get("/api/whoami"))
+    assert (admin["id"], admin["role"], admin["tenant"]) == ("bootstrap", "admin", None)
+    assert all(admin["may"].values())

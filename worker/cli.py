@@ -456,7 +456,9 @@ def show(job_id: JobIdArg) -> None:
             *((name, value) for name, value in scheduling if value),
         ],
     )
-    transitions = Table("#", "When", "Status", "Attempt", "Worker", "Reason", title="Transitions")
+    transitions = Table(
+        "#", "When", "Status", "Attempt", "Worker", "Reason", "By", title="Transitions"
+    )
     for t in job.transitions:
         transitions.add_row(
             str(t.seq),
@@ -465,6 +467,7 @@ def show(job_id: JobIdArg) -> None:
             str(t.attempt),
             t.worker_id or "—",
             t.reason or "",
+            t.by or "",
         )
     console.print(transitions)
     if job.fail_history:

@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         GRANT_SIGNAL,
         JOB_QUERY,
         JOB_WORKFLOW,
+        OPS_BY,
         OPS_FAIL_UPDATE,
         OPS_REQUEUE_UPDATE,
         PING_SIGNAL,
@@ -174,6 +175,10 @@ class JobWorkflow:
         # Operator overrides: a quarantine reason, or a re-queue of the current attempt.
         self._ops_failed: str | None = None
         self._ops_requeue = False
+        # Who asked for the cancel, stop or re-queue under way (an update's optional
+        # `by`: the API's caller), for the transitions it leads to. None in every
+        # history from before: those updates carried no argument.
+        self._by: str | None = None
         self._recalled_early: set[str] = set()
         # Host pinning: when the current wait for the host ends (ms; None until the job
         # waits for a host), and whether this wait fell back to the shared queue.
@@ -819,10 +824,10 @@ class JobWorkflow:
         """A gate checking that this job still runs: that the signal landed says so."""
 
     @workflow.update(name=REQUEUE_UPDATE)
-    def requeue(self) -> Job:
+    def requeue(self, by: str | None = None) -> Job:
         """Re-queue a quarantined job of a group or target: same id, its attempts and
-        fail_history go on, with max_attempts more attempts."""
-        return self._requeue_held()
+        fail_history go on, with max_attempts more attempts. `by`: who asked."""
+        return self._requeue_held(by)
 
     def _requeue_held(self, by: str | None = None) -> Job:
         job = self._job
@@ -834,19 +839,21 @@ class JobWorkflow:
         return job
 
     @workflow.update(name=OPS_REQUEUE_UPDATE)
-    def ops_requeue(self) -> Job:
+    def ops_requeue(self, by: str | None = None) -> Job:
         """Operator override: a held quarantined or stopped job comes back to pending; a
         pending, assigned or running one has its attempt cancelled (the worker kills the
-        solver) and a new one started. Same id; attempts and fail_history go on."""
+        solver) and a new one started. Same id; attempts and fail_history go on. `by`:
+        who asked ("ops" when not said)."""
         if self._held and not self._requeued:
-            return self._requeue_held(by="ops")
+            return self._requeue_held(by=by or OPS_BY)
         if self._handle is not None and not self._ops_requeue:
             self._ops_requeue = True
+            self._by = by
             self._handle.cancel()
         return self._job
 
     @ops_requeue.validator
-    def _validate_ops_requeue(self) -> None:
+    def _validate_ops_requeue(self, by: str | None = None) -> None:  # noqa: ARG002 - the update's
         status = self._job.status
         if (self._held and not self._requeued) or (status in OPEN and not self._interrupted()):
             return
@@ -858,9 +865,10 @@ class JobWorkflow:
         )
 
     @workflow.update(name=OPS_FAIL_UPDATE)
-    def ops_fail(self, reason: str) -> Job:
+    def ops_fail(self, reason: str, by: str | None = None) -> Job:
         """Operator override: quarantine a job that has not ended, at once (its attempt
-        is cancelled and the worker kills the solver)."""
+        is cancelled and the worker kills the solver). `by`: who asked ("ops" when not
+        said)."""
         job = self._job
         if self._ops_failed is None:
             self._ops_failed = reason
@@ -869,14 +877,14 @@ class JobWorkflow:
             job.completed_at = now
             job.waiting_for = None
             self._machine.record_failure(reason, now)
-            self._transition(JobStatus.QUARANTINED, reason=reason, by="ops")
+            self._transition(JobStatus.QUARANTINED, reason=reason, by=by or OPS_BY)
             self._publish()
             if self._handle is not None:
                 self._handle.cancel()
         return job
 
     @ops_fail.validator
-    def _validate_ops_fail(self, reason: str) -> None:  # noqa: ARG002 - the update's
+    def _validate_ops_fail(self, reason: str, by: str | None = None) -> None:  # noqa: ARG002
         status = self._job.status
         if status in OPEN and not self._interrupted():
             return
@@ -892,7 +900,8 @@ class JobWorkflow:
         loop starts a new one."""
         self._ops_requeue = False
         self._stopping = False
-        self._machine.requeue(_now_ms(), by="ops")
+        self._machine.requeue(_now_ms(), by=self._by or OPS_BY)
+        self._by = None
         self._publish()
 
     def _raise_ops_failed(self) -> NoReturn:
@@ -904,7 +913,7 @@ class JobWorkflow:
         )
 
     @requeue.validator
-    def _validate_requeue(self) -> None:
+    def _validate_requeue(self, by: str | None = None) -> None:  # noqa: ARG002 - the update's
         if self._held and not self._requeued:
             return
         raise ApplicationError(
@@ -953,8 +962,11 @@ class JobWorkflow:
         return True
 
     @workflow.update(name=CANCEL_UPDATE)
-    def cancel(self) -> Job:
-        """Cancel a pending or assigned job: failed with fail_reason `cancelled`."""
+    def cancel(self, by: str | None = None) -> Job:
+        """Cancel a pending or assigned job: failed with fail_reason `cancelled`. `by`:
+        who asked."""
+        if not self._cancelled:
+            self._by = by
         return self._cancel_now()
 
     def _cancel_now(self) -> Job:
@@ -966,7 +978,7 @@ class JobWorkflow:
         return self._job
 
     @workflow.update(name=STOP_UPDATE)
-    def stop(self) -> Job:
+    def stop(self, by: str | None = None) -> Job:
         """Stop a job: a pending or assigned one is cancelled; a running one becomes
         `stop_requested`, and `stopped` once the API's workflow cancel request has
         cancelled its attempt (the worker kills the solver: SIGTERM, then SIGKILL). A
@@ -975,17 +987,19 @@ class JobWorkflow:
         job = self._job
         claimed_stop = self._stop_claimed and job.status == JobStatus.ASSIGNED
         if job.status in CANCELLABLE and not self._cancelled and not claimed_stop:
+            self._by = by
             return self._cancel_now()
         if job.status == JobStatus.RUNNING or claimed_stop:
             self._stopping = True
-            self._transition(JobStatus.STOP_REQUESTED)
+            self._by = by
+            self._transition(JobStatus.STOP_REQUESTED, by=by)
             self._publish()
             if self._cancel_requested and self._handle is not None:
                 self._handle.cancel()
         return job
 
     @stop.validator
-    def _validate_stop(self) -> None:
+    def _validate_stop(self, by: str | None = None) -> None:  # noqa: ARG002 - the update's
         status = self._job.status
         if self._cancelled or status in STOPPABLE:
             return
@@ -997,7 +1011,7 @@ class JobWorkflow:
         )
 
     @cancel.validator
-    def _validate_cancel(self) -> None:
+    def _validate_cancel(self, by: str | None = None) -> None:  # noqa: ARG002 - the update's
         status = self._job.status
         if self._cancelled or status in CANCELLABLE:
             return
@@ -1080,7 +1094,7 @@ class JobWorkflow:
         self._stopping = False
         job.fail_reason = reason
         job.completed_at = _now_ms()
-        self._transition(JobStatus.STOPPED, reason=reason)
+        self._transition(JobStatus.STOPPED, reason=reason, by=self._by)
 
     def _stop_after_failure(self, err: ActivityError) -> None:
         """The attempt failed on its own after a stop was asked: the failure is recorded
@@ -1097,7 +1111,7 @@ class JobWorkflow:
         now = _now_ms()
         job.fail_reason = ErrorType.CANCELLED.value
         job.completed_at = now
-        self._transition(JobStatus.FAILED, reason=ErrorType.CANCELLED.value)
+        self._transition(JobStatus.FAILED, reason=ErrorType.CANCELLED.value, by=self._by)
 
     def _transition(
         self, status: JobStatus, reason: str | None = None, by: str | None = None

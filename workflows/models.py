@@ -418,7 +418,9 @@ class Transition(BaseModel):
     attempts: int = 0
     worker_id: str | None = None
     reason: str | None = None
-    # Who made the change when it was not the job's own course: "ops" (an override).
+    # Who made the change when it was not the job's own course: the API's caller (a
+    # token's "<name> (<id>)", or "bootstrap"), "ops: <caller>" for an override; "ops"
+    # alone for an override recorded before callers were.
     by: str | None = None
 
 
@@ -568,6 +570,9 @@ class JobInput(BaseModel):
     # re-queued it. None for a submitted job.
     resumed: Job | None = None
     resumed_by: str | None = None
+    # Who submitted it (the API's caller: a token's name and id), on its first
+    # transition. None in every input from before.
+    submitted_by: str | None = None
     # A cancelled attempt is awaited until its work is gone (workflows/job_workflow.py,
     # STOP_WAITS_FOR_WORK_PATCH); False in every input from before.
     stop_waits_for_work: bool = False
@@ -584,7 +589,11 @@ def pending_job(inp: JobInput) -> Job:
         id=inp.id,
         status=JobStatus.PENDING,
         created_at=inp.created_at,
-        transitions=[Transition(seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0)],
+        transitions=[
+            Transition(
+                seq=1, status=JobStatus.PENDING, ts=inp.created_at, attempt=0, by=inp.submitted_by
+            )
+        ],
     )
 
 

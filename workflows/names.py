@@ -14,9 +14,11 @@ RUN_JOB_ACTIVITY = "run_job"
 REPORT_SIGNAL = "attempt_report"
 CANCEL_UPDATE = "cancel"
 STOP_UPDATE = "stop"
-# Operator overrides (POST /api/ops/jobs/{id}/...), audited as `by: "ops"`.
+# Operator overrides (POST /api/ops/jobs/{id}/...), audited as `by: "ops: <caller>"`
+# (`OPS_BY` alone when the update names no caller, as every one before did).
 OPS_FAIL_UPDATE = "ops_fail"
 OPS_REQUEUE_UPDATE = "ops_requeue"
+OPS_BY = "ops"
 # A worker about to run a grouped job's attempt asks first (a pause may recall it).
 CLAIM_UPDATE = "claim_attempt"
 JOB_QUERY = "job"

@@ -28,6 +28,7 @@ from prometheus_client import Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from api import visibility
+from api.auth import ByDep
 from api.contracts.admission_001_reads import Dispatchable, IntentEvent, events
 from api.contracts.mounting import ContractSettings
 from api.contracts.units import epoch_ms, iso
@@ -35,6 +36,7 @@ from api.deps import BridgeDep, ConfigDep, GatesDep, JobsDep, Services, WorkersD
 from api.job_views import TtlCache
 from api.metrics_registry import Metrics
 from api.routes.jobs import JobId
+from api.tenancy import NO_TENANT
 from workflows.contract_states import (
     names,
     state_name,
@@ -360,17 +362,17 @@ def router(
     counted = QueueMetrics(metrics, pool, services)
 
     async def intent_of(jobs: JobsDep, job_id: str) -> Job:
-        job = await jobs.get(job_id)
+        job = await jobs.get(job_id, NO_TENANT)
         if job.pool != pool or job.group is None:
             raise JobNotFound(job_id)
         return await jobs.live(job)
 
     @routes.post("/jobs/submit", response_model=Submitted | Decision)
-    async def submit(body: IntentIn, jobs: JobsDep) -> Submitted | Decision:
+    async def submit(body: IntentIn, jobs: JobsDep, by: ByDep) -> Submitted | Decision:
         """Submit a job intent; with `admission_only`, approve it now or deny it."""
         spec = body.spec(pool)
         try:
-            job = await jobs.submit(spec)
+            job = await jobs.submit(spec, by=by)
         except PoolFull as err:
             if not body.admission_only:
                 raise
@@ -394,10 +396,10 @@ def router(
         return Intent.of(job, _now_ms(), waiting_now)
 
     @routes.post("/jobs/{job_id}/cancel", response_model=Intent)
-    async def cancel(job_id: JobId, jobs: JobsDep) -> Intent:
+    async def cancel(job_id: JobId, jobs: JobsDep, by: ByDep) -> Intent:
         """Cancel an intent that has not started; a running one is stopped."""
         await intent_of(jobs, job_id)
-        return Intent.of(await jobs.stop(job_id), _now_ms())
+        return Intent.of(await jobs.stop(job_id, by=by), _now_ms())
 
     @routes.get("/jobs", response_model=list[Intent])
     async def list_intents(

@@ -31,6 +31,7 @@ from fastapi import APIRouter, Body, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from api.auth import ByDep, OpsByDep
 from api.contracts.containers_003_views import (
     DESIGN,
     JOB_TYPE,
@@ -238,14 +239,14 @@ def router(
     # -- submission and inspection ----------------------------------------------------
 
     @routes.post("/run-simulation", status_code=status.HTTP_201_CREATED, response_model=JobInfo)
-    async def run_simulation(body: SimulationIn, jobs: JobsDep) -> JobInfo:
+    async def run_simulation(body: SimulationIn, jobs: JobsDep, by: ByDep) -> JobInfo:
         """Queue a simulation (a container job of type `simulation`, run once)."""
         # The job id is known before the job exists (its command may name it): the id
         # the core gives a fresh idempotency key.
         key = f"{DESIGN}:{uuid.uuid4().hex}"
         spec = body.spec(job_id_for_key(key), ttl_ms)
         try:
-            job = await jobs.submit(spec, key)
+            job = await jobs.submit(spec, key, by)
         except InvalidField as err:
             raise renamed(err) from None
         metrics.submissions.inc()
@@ -382,11 +383,11 @@ def router(
     # -- control ------------------------------------------------------------------------
 
     @routes.post("/stop/{job_id}", response_model=Status)
-    async def stop(job_id: JobId, jobs: JobsDep) -> Status:
+    async def stop(job_id: JobId, jobs: JobsDep, by: ByDep) -> Status:
         """A queued job is canceled; a dispatched or running one is asked to stop
         (`stop_requested`), which its worker sees, then `stopped`."""
         await simulation(jobs, job_id)
-        return Status.of(await jobs.stop(job_id))
+        return Status.of(await jobs.stop(job_id, by=by))
 
     @routes.delete("/job/{job_id}", response_model=Deleted)
     async def delete(job_id: JobId, jobs: JobsDep, config: ConfigDep) -> Deleted:
@@ -509,6 +510,7 @@ def router(
         jobs: JobService,
         body: OpsIn | None,
         force: bool,
+        by: str | None,
     ) -> Status:
         job = await simulation(jobs, job_id)
         shown = state_name(job, DESIGN)
@@ -521,20 +523,21 @@ def router(
                 status=shown,
             )
         if action == "requeue":
-            return Status.of(await jobs.override(job_id, OPS_REQUEUE_UPDATE))
+            return Status.of(await jobs.override(job_id, OPS_REQUEUE_UPDATE, by=by))
         if action == "fail":
             reason = (body.reason if body else None) or "failed by ops"
-            return Status.of(await jobs.override(job_id, OPS_FAIL_UPDATE, reason))
-        return Status.of(await jobs.stop(job_id))
+            return Status.of(await jobs.override(job_id, OPS_FAIL_UPDATE, reason, by=by))
+        return Status.of(await jobs.stop(job_id, by=by))
 
     def ops_route(action: Literal["requeue", "fail", "cancel"]) -> None:
         async def endpoint(
             job_id: JobId,
             jobs: JobsDep,
+            by: OpsByDep,
             body: Annotated[OpsIn | None, Body()] = None,
             force: bool = False,
         ) -> Status:
-            return await ops(action, job_id, jobs, body, force)
+            return await ops(action, job_id, jobs, body, force, by)
 
         endpoint.__doc__ = f"Ops {action} (`force` as a query parameter or in the body)."
         routes.add_api_route(

@@ -28,6 +28,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel, Field, JsonValue
 
+from api.auth import ByDep
 from api.contracts.mounting import ContractSettings
 from api.contracts.units import iso
 from api.deps import GatesDep, JobsDep, Services
@@ -154,7 +155,7 @@ def router(
         response_model=TargetJob,
     )
     async def create_job(
-        target_id: TargetId, tenant: Tenant, spec: JobSpec, jobs: JobsDep
+        target_id: TargetId, tenant: Tenant, spec: JobSpec, jobs: JobsDep, by: ByDep
     ) -> TargetJob:
         """Queue a job on the target: a jobforge job body, whose `target` comes from the
         path; it runs once (an ERROR is not retried; resume runs it again)."""
@@ -175,7 +176,8 @@ def router(
                     "stop_claimed": True,
                     "tenant": tenant.name,
                 }
-            )
+            ),
+            by=by,
         )
         return TargetJob.of(job)
 
@@ -209,15 +211,20 @@ def router(
         return TargetJob.of(await _job_of(jobs, tenant, f"{tenant}/{target_id}", job_id))
 
     async def cancel_job(
-        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep
+        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep, by: ByDep
     ) -> TargetJob:
         """Cancel a queued job (CANCELED), or interrupt a RUNNING one, assigned or
         running (PAUSED; the target halts until the job is resumed)."""
         await _job_of(jobs, tenant, f"{tenant}/{target_id}", job_id)
-        return TargetJob.of(await jobs.stop(job_id))
+        return TargetJob.of(await jobs.stop(job_id, by=by))
 
     async def resume_job(
-        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep, gates: GatesDep
+        target_id: TargetId,
+        job_id: JobId,
+        tenant: Tenant,
+        jobs: JobsDep,
+        gates: GatesDep,
+        by: ByDep,
     ) -> TargetJob:
         """Re-queue a PAUSED or ERROR job that halted its target; it runs first."""
         key = f"{tenant}/{target_id}"
@@ -236,7 +243,7 @@ def router(
                 id=job_id,
                 status=shown,
             )
-        await gates.resume_target(key, TargetResume(job="retry"))
+        await gates.resume_target(key, TargetResume(job="retry"), by)
         return TargetJob.of(await jobs.get(job_id))
 
     # The design's paths end in a slash; the same paths without it work too.

@@ -1,4 +1,5 @@
-"""Reads for the dashboard: pages of job summaries, counts, and its config."""
+"""Reads for the dashboard: pages of job summaries, counts, its config, and who the
+caller is."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
+from api import access
+from api.auth import PrincipalDep
 from api.deps import Authorized, ConfigDep, ScopeDep, ViewsDep
 from api.job_views import JobPage
 from api.routes.jobs import StatusFilter
 from workflows.models import TYPE_PATTERN
+from workflows.token_models import Role
 
 router = APIRouter(prefix="/api", tags=["dashboard"], dependencies=[Authorized])
 
@@ -24,6 +28,44 @@ class UiConfig(BaseModel):
     namespace: str
     events_require_token: bool
     counts_cache_ms: int = Field(description="How long the API reuses counts (re-read after)")
+
+
+# The dashboard's actions and the calls they make: whoami says which the caller's role
+# may use, from the one route table (api/access.py), and the others are not shown.
+ACTIONS = {
+    "cancel": ("DELETE", "/api/jobs/{job_id}"),
+    "stop": ("POST", "/api/jobs/{job_id}/stop"),
+    "retry": ("POST", "/api/ops/jobs/{job_id}/requeue"),
+    "pause_group": ("POST", "/api/groups/{group}/pause"),
+    "resume_target": ("POST", "/api/targets/{target}/resume"),
+}
+
+
+class WhoAmI(BaseModel):
+    """The caller's token, without its secret."""
+
+    id: str = Field(description='Its id ("bootstrap" for FORGE_INGEST_SECRET)')
+    name: str
+    role: Role
+    tenant: str | None = Field(description="Its tenant; none: every tenant (an admin)")
+    may: dict[str, bool] = Field(description="The dashboard's actions its role may use")
+
+
+@router.get("/whoami", response_model=WhoAmI)
+async def whoami(principal: PrincipalDep) -> WhoAmI:
+    """Who the token is: its id, name, role and tenant, and which of the dashboard's
+    actions (cancel, stop, retry, pause_group, resume_target) its role may use."""
+    may = {
+        action: access.allowed(principal.role, method, path)
+        for action, (method, path) in ACTIONS.items()
+    }
+    return WhoAmI(
+        id=principal.id,
+        name=principal.name,
+        role=principal.role,
+        tenant=principal.tenant,
+        may=may,
+    )
 
 
 @router.get("/jobs/page", response_model=JobPage)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel
 from starlette.convertors import StringConvertor, register_url_convertor
 
+from api.auth import ByDep
 from api.deps import Authorized, GatesDep, JobsDep, MetricsDep, ScopeDep
 from api.job_service import LIST_LIMIT_MAX
 from workflows.job_states import CountKind, JobStatus
@@ -58,6 +59,7 @@ async def submit_job(
     jobs: JobsDep,
     metrics: MetricsDep,
     scope: ScopeDep,
+    by: ByDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -70,7 +72,7 @@ async def submit_job(
 ) -> Submitted:
     """Enqueue a job. Returns its id and status. A tenant's token stamps its tenant on
     the job (a different `tenant` in the body is a 403); an admin may name one."""
-    job = await jobs.submit(scope.stamp(spec), idempotency_key)
+    job = await jobs.submit(scope.stamp(spec), idempotency_key, by)
     metrics.submissions.inc()
     return Submitted(id=job.id, status=job.status)
 
@@ -153,12 +155,12 @@ async def get_job(job_id: JobId, jobs: JobsDep, gates: GatesDep, scope: ScopeDep
     response_model=Job,
     responses={409: {"description": "The job has ended otherwise; body has its status"}},
 )
-async def stop_job(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Job:
+async def stop_job(job_id: JobId, jobs: JobsDep, scope: ScopeDep, by: ByDep) -> Job:
     """Stop a job. Pending or assigned: cancelled (failed, fail_reason cancelled).
     Running: `stop_requested`, then `stopped` once its worker has been told (within a
     heartbeat interval; SIGTERM, then SIGKILL after STOP_GRACE_S). A repeated stop is a
     202 and changes nothing."""
-    return await jobs.stop(job_id, scope)
+    return await jobs.stop(job_id, scope, by)
 
 
 @router.delete(
@@ -166,7 +168,7 @@ async def stop_job(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Job:
     status_code=status.HTTP_204_NO_CONTENT,
     responses={409: {"description": "The job is past assigned; body has its status"}},
 )
-async def cancel_job(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Response:
+async def cancel_job(job_id: JobId, jobs: JobsDep, scope: ScopeDep, by: ByDep) -> Response:
     """Cancel a pending or assigned job (status failed, fail_reason cancelled)."""
-    await jobs.cancel(job_id, scope)
+    await jobs.cancel(job_id, scope, by)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

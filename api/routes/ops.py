@@ -1,5 +1,5 @@
 """Operator overrides (bearer-protected, audited in the job's transitions as
-`by: "ops"`): re-queue, quarantine or cancel any job that has not ended, and delete
+`by: "ops: <caller>"`): re-queue, quarantine or cancel any job that has not ended, and delete
 old closed jobs."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from api.auth import OpsByDep
 from api.deps import Authorized, JobsDep, ScopeDep
 from workflows.job_states import ENDED, JobStatus
 from workflows.models import TYPE_PATTERN, Job
@@ -54,24 +55,24 @@ class Cleaned(BaseModel):
 
 
 @router.post("/jobs/{job_id}/requeue", response_model=Job)
-async def requeue(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Job:
+async def requeue(job_id: JobId, jobs: JobsDep, scope: ScopeDep, by: OpsByDep) -> Job:
     """From any state but completed: a running attempt is ended (its solver killed) and
     a new one started; a quarantined or stopped job that is still open (of a group or
     target) comes back to `pending`. Same id; attempts and fail_history go on."""
-    return await jobs.override(job_id, OPS_REQUEUE_UPDATE, scope=scope)
+    return await jobs.override(job_id, OPS_REQUEUE_UPDATE, scope=scope, by=by)
 
 
 @router.post("/jobs/{job_id}/fail", response_model=Job)
-async def fail(job_id: JobId, body: FailBody, jobs: JobsDep, scope: ScopeDep) -> Job:
+async def fail(job_id: JobId, body: FailBody, jobs: JobsDep, scope: ScopeDep, by: OpsByDep) -> Job:
     """End a job that has not ended `quarantined` at once, with `reason`."""
-    return await jobs.override(job_id, OPS_FAIL_UPDATE, body.reason, scope=scope)
+    return await jobs.override(job_id, OPS_FAIL_UPDATE, body.reason, scope=scope, by=by)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=Job, status_code=status.HTTP_202_ACCEPTED)
-async def cancel(job_id: JobId, jobs: JobsDep, scope: ScopeDep) -> Job:
+async def cancel(job_id: JobId, jobs: JobsDep, scope: ScopeDep, by: OpsByDep) -> Job:
     """End a job that has not ended: `stopped` if it runs (its solver killed), else
     `failed`/`cancelled` (as `POST /api/jobs/{id}/stop`)."""
-    return await jobs.stop(job_id, scope)
+    return await jobs.stop(job_id, scope, by)
 
 
 @router.post("/cleanup", response_model=Cleaned)

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request, Response, status
 
+from api.auth import ByDep
 from api.deps import Authorized, GatesDep, ScopeDep
 from api.gate_service import (
     Cancelled,
@@ -115,16 +116,16 @@ async def resume_group(group: OwnGroup, gates: GatesDep) -> GroupView:
 
 
 @router.post("/groups/{group:path}/retry-failed", response_model=Requeued)
-async def retry_failed(group: OwnGroup, gates: GatesDep) -> Requeued:
+async def retry_failed(group: OwnGroup, gates: GatesDep, by: ByDep) -> Requeued:
     """Re-queue the group's quarantined jobs; each keeps its id, attempts and
     fail_history."""
-    return await gates.retry_failed(group)
+    return await gates.retry_failed(group, by)
 
 
 @router.post("/groups/{group:path}/cancel", response_model=Cancelled)
-async def cancel_group(group: OwnGroup, gates: GatesDep) -> Cancelled:
+async def cancel_group(group: OwnGroup, gates: GatesDep, by: ByDep) -> Cancelled:
     """Cancel the group's pending and assigned jobs (running ones finish)."""
-    return await gates.cancel_group(group)
+    return await gates.cancel_group(group, by)
 
 
 # -- pools -------------------------------------------------------------------------------
@@ -192,8 +193,9 @@ async def get_target(target: OwnTarget, gates: GatesDep) -> TargetView:
 async def resume_target(
     target: OwnTarget,
     gates: GatesDep,
+    by: ByDep,
     how: Annotated[TargetResume | None, Body()] = None,
 ) -> TargetView:
     """Resume a halted target: `retry` (default) re-queues the halting job first,
     `skip` leaves it quarantined and moves on."""
-    return await gates.resume_target(target, how or TargetResume())
+    return await gates.resume_target(target, how or TargetResume(), by)

@@ -20,13 +20,20 @@ WorkerId = Annotated[str, Path(pattern=WORKER_ID_PATTERN, description="A registe
 @router.post(
     "/workers/register",
     status_code=status.HTTP_204_NO_CONTENT,
-    responses={403: {"description": "Neither worker_id nor host is in AVAILABLE_HOSTS"}},
+    responses={
+        403: {
+            "description": "Neither worker_id nor host is in AVAILABLE_HOSTS, or X-Tenant "
+            "names a tenant other than the token's"
+        }
+    },
 )
 async def register_worker(
     info: WorkerInfo, workers: WorkersDep, config: ConfigDep, scope: ScopeDep
 ) -> Response:
     """Register or update a worker's capabilities (durable). A tenant's caller registers
-    it for its tenant (another `tenant` in the body is a 403)."""
+    it for its tenant (another `tenant` in the body is a 403). An agent names its tenant
+    (WORKER_TENANT -> X-Tenant) from this first call: one its token may not act for is
+    refused here (the scope's 403), before it claims."""
     if not config.api.hosts.allows_worker(info.worker_id, info.host):
         raise HostNotAvailable(info.worker_id, info.host)
     if not scope.every:

@@ -52,6 +52,7 @@ const LOG_KEEP = 2000;
 
 const state = {
   config: null,
+  me: null, // GET /api/whoami: the token's name, role, tenant and the actions it may use
   status: null, // status filter, or null for all
   type: null, // type filter, or null
   tokens: [null], // tokens[i]: page_token of page i (page 0 has none)
@@ -216,6 +217,27 @@ async function guard(step) {
 
 // ---------------------------------------------------------------- sign in / out
 
+// Whether the signed-in token's role may use a dashboard action (GET /api/whoami's
+// `may`, from the API's route table); the buttons of the others are not shown.
+function may(action) {
+  return Boolean(state.me && state.me.may && state.me.may[action]);
+}
+
+function renderPrincipal() {
+  const badge = $("#principal-badge");
+  const me = state.me;
+  badge.hidden = !me;
+  if (!me) return;
+  badge.dataset.role = me.role;
+  badge.dataset.tenant = me.tenant || "";
+  badge.title = `token ${me.name}`;
+  badge.replaceChildren(
+    h("span", { class: "tenant" }, me.tenant || "all tenants"),
+    " · ",
+    h("span", { class: "role" }, me.role),
+  );
+}
+
 function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   stop();
@@ -223,6 +245,8 @@ function signOut(message) {
   $("#app").hidden = true;
   $("#job-detail").hidden = true;
   $("#sign-out").hidden = true;
+  state.me = null;
+  renderPrincipal();
   $("#login-form").hidden = false;
   $("#login-error").textContent = message || "";
   $("#token-input").value = "";
@@ -245,6 +269,8 @@ async function start() {
   setStreamState("connecting", "connecting…");
   try {
     state.config = await getJson("/api/config");
+    state.me = await getJson("/api/whoami");
+    renderPrincipal();
     const cacheMs = state.config.counts_cache_ms || 0;
     settleCounts =
       cacheMs > 0
@@ -767,14 +793,14 @@ function renderDetail(job) {
     badge(job),
     h("a", { id: "temporal-link", href: temporalUrl(job.id), target: "_blank", rel: "noopener" },
       "Open in Temporal UI ↗"),
-    CANCELLABLE.has(job.status) &&
+    CANCELLABLE.has(job.status) && may("cancel") &&
       h("button", { id: "cancel-button", class: "danger", type: "button",
                     onclick: () => cancelJob(job.id) }, "Cancel job"),
-    STOPPABLE.has(job.status) &&
+    STOPPABLE.has(job.status) && may("stop") &&
       h("button", { id: "stop-button", class: "danger", type: "button",
                     title: "POST /api/jobs/{id}/stop: a running job's solver is killed",
                     onclick: () => stopJob(job.id) }, "Stop job"),
-    isEnded(job) &&
+    isEnded(job) && may("retry") &&
       h("button", { id: "retry-button", class: "danger", type: "button",
                     title: "POST /api/ops/jobs/{id}/requeue: run it again under the same id, " +
                            "with max_attempts more attempts",
@@ -1107,6 +1133,7 @@ function detailGroup(job) {
     { class: "inline", "data-group": job.group, "data-paused": String(paused) },
     job.group,
     paused && h("span", { class: "state paused" }, "paused"),
+    may("pause_group") &&
     h("button", { id: `detail-group-${action}`, type: "button", disabled: state.busy.has(job.group),
                   onclick: () => setGroupPaused(job.group, !paused) },
       paused ? "Resume group" : "Pause group"),
@@ -1169,6 +1196,7 @@ function haltedByLink(id) {
 
 // Resume (retry) and Resume (skip) for a halted target; `attrs(how)` names each button.
 function resumeButtons(name, attrs) {
+  if (!may("resume_target")) return [];
   const busy = state.targetBusy.has(name);
   const button = (how, label, title) =>
     h("button", { ...attrs(how), type: "button", title, disabled: busy,
@@ -1353,6 +1381,7 @@ function groupItem(g) {
     h("span", { class: "name", title: g.group }, g.group),
     h("span", { class: `state ${g.paused ? "paused" : "open"}`, "data-field": "state" },
       g.paused ? "paused" : "active"),
+    may("pause_group") &&
     h("button", { type: "button", class: `group-${action}`, "data-action": action,
                   disabled: state.busy.has(g.group),
                   onclick: () => setGroupPaused(g.group, !g.paused) },
