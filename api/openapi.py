@@ -88,6 +88,8 @@ def document(app: FastAPI) -> None:
                     add("409", "The job's state does not allow it (see the message)")
                 if path == "/job/{job_id}" and method == "delete":
                     add("409", "The job has not ended: stop it first")
+                if path == "/stop/{job_id}":
+                    add("409", "The job's state does not allow a stop (see the message)")
                 if path.startswith("/api/targets/") and method == "post":
                     add("409", "The halting job can no longer be retried")
                 if method in ("post", "delete") and path.startswith("/api/jobs"):
