@@ -88,6 +88,7 @@ TRANSITION_FIELDS = {
     "reason",
     "by",
     "fail_reason",
+    "tenant",
 }
 
 
@@ -289,11 +290,19 @@ def test_beyond_the_cap_running_jobs_are_read_in_turns(
     stream.done = lambda events: all(completed(job_id)(events) for job_id in ids)
     stream.finish()
     for job_id in ids:
-        arrivals = [at for at, sse in stream.progress() if sse.job_id == job_id]
-        # One job per round, two running: each is read every other second.
-        assert arrivals, job_id
-        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-        assert not gaps or min(gaps) >= 1.5, gaps
+        # When each read progress was printed (the worker's clock), not when its event
+        # reached this client: a loaded box delivers events in bursts.
+        printed = [
+            sse.data["progress"]["at"] / 1000
+            for _, sse in stream.progress()
+            if sse.job_id == job_id
+        ]
+        assert printed, job_id
+        # One job per round (1 s), two running: each is read every other round, so its
+        # reads are about 2 s apart (1 s if every job were read every round). The median:
+        # one round that ran late makes the next gap short.
+        gaps = sorted(b - a for a, b in itertools.pairwise(printed))
+        assert not gaps or gaps[len(gaps) // 2] >= 1.5, gaps
 
 
 def test_an_agents_progress_is_sent_when_it_changes_not_on_every_heartbeat(

@@ -257,7 +257,8 @@ class Harness:
             job = await self.job(handle)
             return job if check(job) else None
 
-        found: Job = await wait_until_async(read, timeout=10, what=what)
+        # Deadlines are generous: a loaded box runs workflow tasks late, never wrongly.
+        found: Job = await wait_until_async(read, timeout=30, what=what)
         return found
 
     async def wait_status(self, handle: JobHandle, status: JobStatus) -> Job:
@@ -280,7 +281,7 @@ class Harness:
             return None if found == WorkflowExecutionStatus.RUNNING else found
 
         closed: WorkflowExecutionStatus = await wait_until_async(
-            status, timeout=10, what="the execution to close"
+            status, timeout=30, what="the execution to close"
         )
         return closed
 
