@@ -88,6 +88,46 @@ def test_following_a_running_job_streams_its_lines_until_it_ends(
     assert events[-1] == ("end", {"status": "completed"})
 
 
+def sse(api: Api, job_id: str) -> list[tuple[str, str | None, Any]]:
+    """Follow a job's log to its `end` event: (event, id, data) each. A stream that does
+    not end within the read timeout fails the test."""
+    events: list[tuple[str, str | None, Any]] = []
+    with api.http.stream(
+        "GET",
+        f"/api/jobs/{job_id}/logs",
+        params={"follow": "1"},
+        timeout=httpx.Timeout(30, read=15),
+    ) as stream:
+        assert stream.status_code == 200, stream.read()
+        name, event_id = "", None
+        for raw in stream.iter_lines():
+            if raw.startswith("event: "):
+                name, event_id = raw.removeprefix("event: "), None
+            elif raw.startswith("id: "):
+                event_id = raw.removeprefix("id: ")
+            elif raw.startswith("data: "):
+                events.append((name, event_id, json.loads(raw.removeprefix("data: "))))
+                if name == "end":
+                    break
+    return events
+
+
+def test_following_a_job_cancelled_before_it_ran_ends_at_once(
+    start_api: Callable[..., Api],
+) -> None:
+    # No worker polls this API's queues: a job waits with its first attempt granted.
+    hub = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX="logs-cancelled-")
+    granted = hub.submit(type="never-runs")
+    wait_until(lambda: hub.job(granted)["attempt"] == 1, timeout=30)
+    # One that waits for its start time has no attempt at all.
+    later = hub.submit(type="never-runs", earliest_start_at=4102444800000)
+    for job_id in (granted, later):
+        assert hub.http.delete(f"/api/jobs/{job_id}").status_code == 204
+        hub.wait_status(job_id, "failed")
+        assert sse(hub, job_id) == [("end", None, {"status": "failed"})]
+    assert hub.job(later)["attempt"] == 0
+
+
 def test_an_agents_upload_is_idempotent_per_offset(
     start_api: Callable[..., Api], tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from api.deps import Authorized, ConfigDep, JobsDep, ScopeDep
 from engine import log_store
 from engine.log_store import LogLine
 from workflows.errors import InvalidField, JobConflict
-from workflows.job_states import HELD
+from workflows.job_states import HELD, is_ended
 from workflows.models import WORKER_ID_PATTERN, Job
 
 router = APIRouter(prefix="/api/jobs", tags=["logs"], dependencies=[Authorized])
@@ -77,9 +77,15 @@ def _attempt_of(job: Job, asked: int | None, root: FilePath) -> int | None:
 
 
 def _over(job: Job, attempt: int) -> bool:
-    """Whether an attempt has ended: a later one began, or it was claimed and the job
-    is no longer assigned or running (an attempt not claimed yet is still to come)."""
-    return job.attempt != attempt or (job.status not in HELD and job.attempts >= attempt)
+    """Whether an attempt has ended: a later one began, it was claimed and the job is no
+    longer assigned or running, or the job has ended (an attempt granted but never
+    claimed, as for a job cancelled before it ran, will not come). An attempt not
+    claimed yet of an open job is still to come."""
+    return (
+        job.attempt != attempt
+        or (job.status not in HELD and job.attempts >= attempt)
+        or is_ended(job.status, job.fail_reason)
+    )
 
 
 def _sse(event: str, data: object, event_id: int | None = None) -> bytes:
@@ -115,6 +121,11 @@ async def get_logs(
         lines, after = log_store.read(root, job_id, number, offset)
         return JobLog(job_id=job_id, attempt=number, lines=lines, next_offset=after)
     if number is None:
+        if is_ended(job.status, job.fail_reason):
+            # Ended before any attempt began (cancelled while pending): none will come.
+            return StreamingResponse(
+                iter([_sse("end", {"status": job.status.value})]), media_type="text/event-stream"
+            )
         raise InvalidField("attempt", "the job has not started an attempt yet")
 
     async def events() -> AsyncIterator[bytes]:
