@@ -153,6 +153,14 @@ def test_an_agents_upload_is_idempotent_per_offset(
     end = upload(middle, chunk_b).json()["next_offset"]
     assert end > middle
     assert lines(hub, job_id) == [("stdout", "a1"), ("stderr", "a2"), ("stdout", "b1")]
+    assert upload(0, chunk_a[:1]).json()["next_offset"] == end  # a retried part: no change
+    # Bytes below the end that are not the stored ones: refused with the end, kept out.
+    differ = upload(0, chunk_b)
+    assert differ.status_code == 409, differ.text
+    assert differ.json()["expected_offset"] == end
+    straddle = upload(middle, [*chunk_a, *chunk_b])
+    assert straddle.status_code == 409 and straddle.json()["expected_offset"] == end
+    assert lines(hub, job_id) == [("stdout", "a1"), ("stderr", "a2"), ("stdout", "b1")]
     other = hub.http.post(
         f"/api/jobs/{job_id}/logs",
         json={"worker_id": "someone-else", "attempt": 1, "offset": end, "lines": chunk_b},

@@ -160,8 +160,9 @@ async def upload_logs(
 ) -> Uploaded:
     """An agent's chunk of output, stored at byte `offset` of its attempt's log: a chunk
     already stored changes nothing, one that overlaps the end adds only its lines past
-    it, one past the end is a 409 with `expected_offset`. Bounded by LOG_MAX_BYTES per
-    attempt."""
+    it. One past the end, or one whose bytes below the end differ from those stored, is
+    a 409 with `expected_offset` (the end: send from there). Bounded by LOG_MAX_BYTES
+    per attempt."""
     job = await jobs.get(job_id, scope)
     held_by_other = body.attempt == job.attempt and job.worker_id not in (None, body.worker_id)
     if body.attempt > job.attempt or held_by_other:
@@ -175,8 +176,6 @@ async def upload_logs(
         after = log_store.append_at(
             logs.root, job_id, body.attempt, body.offset, lines, logs.log_max_bytes
         )
-    except ValueError as err:
-        raise JobConflict(
-            "offset is past the end of the stored log", id=job_id, expected_offset=int(str(err))
-        ) from err
+    except log_store.UploadConflictError as err:
+        raise JobConflict(err.reason, id=job_id, expected_offset=err.expected_offset) from err
     return Uploaded(next_offset=after)
