@@ -73,23 +73,31 @@ def encode(lines: list[LogLine]) -> bytes:
 
 def read(root: Path, job_id: str, attempt: int, offset: int = 0) -> tuple[list[LogLine], int]:
     """The complete lines from byte `offset` on, and the offset after them."""
+    found = read_ends(root, job_id, attempt, offset)
+    return [line for line, _ in found], found[-1][1] if found else offset
+
+
+def read_ends(root: Path, job_id: str, attempt: int, offset: int = 0) -> list[tuple[LogLine, int]]:
+    """The complete lines from byte `offset` on, each with the offset after it (where a
+    reader that has it resumes)."""
     path = attempt_path(root, job_id, attempt)
     try:
         with path.open("rb") as log:
             log.seek(offset)
             data = log.read()
     except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1
-    lines = []
+        return []
+    found = []
+    position = offset
     # Split on newlines only: a solver's `\r` (progress bars) stays in its line.
-    for raw in data[:end].decode("utf-8", errors="replace").split("\n")[:-1]:
-        stream, _, text = raw.partition(" ")
+    for raw in data.split(b"\n")[:-1]:
+        position += len(raw) + 1
+        stream, _, text = raw.decode("utf-8", errors="replace").partition(" ")
         known: Stream = (
             "stdout" if stream == "stdout" else "stderr" if stream == "stderr" else "jobforge"
         )
-        lines.append(LogLine(stream=known, text=text))
-    return lines, offset + end
+        found.append((LogLine(stream=known, text=text), position))
+    return found
 
 
 def size(root: Path, job_id: str, attempt: int) -> int:

@@ -88,7 +88,7 @@ def test_following_a_running_job_streams_its_lines_until_it_ends(
     assert events[-1] == ("end", {"status": "completed"})
 
 
-def sse(api: Api, job_id: str) -> list[tuple[str, str | None, Any]]:
+def sse(api: Api, job_id: str, **headers: str) -> list[tuple[str, str | None, Any]]:
     """Follow a job's log to its `end` event: (event, id, data) each. A stream that does
     not end within the read timeout fails the test."""
     events: list[tuple[str, str | None, Any]] = []
@@ -96,6 +96,7 @@ def sse(api: Api, job_id: str) -> list[tuple[str, str | None, Any]]:
         "GET",
         f"/api/jobs/{job_id}/logs",
         params={"follow": "1"},
+        headers=headers,
         timeout=httpx.Timeout(30, read=15),
     ) as stream:
         assert stream.status_code == 200, stream.read()
@@ -110,6 +111,24 @@ def sse(api: Api, job_id: str) -> list[tuple[str, str | None, Any]]:
                 if name == "end":
                     break
     return events
+
+
+def test_each_followed_line_has_its_own_id_and_last_event_id_resumes_after_it(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    job_id = api.submit(**make_solver(TALKER).spec(job_type))
+    api.wait_status(job_id, "completed")  # its four lines are in one chunk
+
+    events = sse(api, job_id)
+    ids = [int(event_id or -1) for name, event_id, _ in events if name == "log"]
+    resumed = sse(api, job_id, **{"Last-Event-ID": str(ids[1])})
+
+    texts = [data["text"] for name, _, data in events if name == "log"]
+    assert len(texts) == 4
+    assert ids == sorted(set(ids))  # one id each, the offset after the line
+    assert ids[-1] == api.http.get(f"/api/jobs/{job_id}/logs").json()["next_offset"]
+    assert [data["text"] for name, _, data in resumed if name == "log"] == texts[2:]
+    assert [event_id for name, event_id, _ in resumed if name == "log"] == list(map(str, ids[2:]))
 
 
 def test_following_a_job_cancelled_before_it_ran_ends_at_once(

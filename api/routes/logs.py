@@ -109,8 +109,9 @@ async def get_logs(
     follow: bool = False,
 ) -> Response | JobLog:
     """The attempt's stdout and stderr lines, labelled by stream. With `follow=1` or
-    `Accept: text/event-stream`: a stream of `log` events (one per line) while the
-    attempt runs, then an `end` event. Another tenant's job is a 404."""
+    `Accept: text/event-stream`: a stream of `log` events (one per line, its id the byte
+    offset after it; `Last-Event-ID` resumes there) while the attempt runs, then an
+    `end` event. Another tenant's job is a 404."""
     job = await jobs.get(job_id, scope)
     root = config.logs.root
     number = _attempt_of(job, attempt, root)
@@ -128,25 +129,30 @@ async def get_logs(
             )
         raise InvalidField("attempt", "the job has not started an attempt yet")
 
+    # Each line's event id is the byte offset after it: a reconnect that sends it back
+    # as Last-Event-ID resumes with the next line.
+    resumed = request.headers.get("last-event-id", "")
+    start = int(resumed) if resumed.isdigit() else offset
+
     async def events() -> AsyncIterator[bytes]:
-        position = offset
+        position = start
         current = job
         checked = asyncio.get_running_loop().time()
         while True:
-            lines, position = log_store.read(root, job_id, number, position)
-            for line in lines:
-                yield _sse("log", line.model_dump(), position)
+            found = log_store.read_ends(root, job_id, number, position)
+            for line, after in found:
+                yield _sse("log", line.model_dump(), after)
+                position = after
             if await request.is_disconnected():
                 return
             now = asyncio.get_running_loop().time()
             if now - checked >= FOLLOW_STATUS_S:
                 checked = now
                 current = await jobs.get(job_id, scope)
-            if _over(current, number) and not lines:
+            if _over(current, number) and not found:
                 # One last read: what the worker wrote just before the end.
-                lines, position = log_store.read(root, job_id, number, position)
-                for line in lines:
-                    yield _sse("log", line.model_dump(), position)
+                for line, after in log_store.read_ends(root, job_id, number, position):
+                    yield _sse("log", line.model_dump(), after)
                 yield _sse("end", {"status": current.status.value})
                 return
             await asyncio.sleep(FOLLOW_POLL_S)
