@@ -24,6 +24,7 @@ from engine.gates import Gates
 from workflows.errors import (
     ErrorType,
     GateLocked,
+    GateNotFound,
     GroupNotFound,
     JobConflict,
     JobNotFound,
@@ -159,10 +160,7 @@ class GateService:
     # -- groups --------------------------------------------------------------------
 
     async def group(self, name: str) -> GroupView:
-        view = await self._gates.view(GateKind.GROUP, name)
-        if view is None:
-            raise GroupNotFound(name)
-        return await self._group_view(view)
+        return await self._group_view(await self._known(GateKind.GROUP, name))
 
     async def groups(self) -> list[GroupView]:
         """Every group, cached METRICS_CACHE_MS: N dashboards cost one set of calls."""
@@ -178,6 +176,8 @@ class GateService:
         return await self._group_view(await self._gates.pause(GateKind.GROUP, name))
 
     async def resume_group(self, name: str) -> GroupView:
+        """Resume a known group (a resume is no setting: it makes none)."""
+        await self._known(GateKind.GROUP, name)
         view = await self._gates.resume(GateKind.GROUP, name, TargetResume())
         return await self._group_view(view)
 
@@ -212,8 +212,7 @@ class GateService:
     # -- pools ---------------------------------------------------------------------
 
     async def pool(self, name: str) -> PoolView:
-        view = await self._gates.view(GateKind.POOL, name)
-        return await self._pool_view(view or self._gates.default_view(GateKind.POOL, name))
+        return await self._pool_view(await self._known(GateKind.POOL, name))
 
     async def pools(self) -> list[PoolView]:
         """Every pool, cached as the groups are."""
@@ -254,7 +253,8 @@ class GateService:
         )
 
     async def unlock_pool(self, name: str, owner: str) -> None:
-        """Give a pool's lock back if `owner` holds it."""
+        """Give a known pool's lock back if `owner` holds it."""
+        await self._known(GateKind.POOL, name)
         await self._gates.unlock(GateKind.POOL, name, LockRequest(owner=owner))
 
     # -- targets -------------------------------------------------------------------
@@ -264,17 +264,16 @@ class GateService:
         return await self._every(GateKind.TARGET, self._target_view)
 
     async def target(self, name: str) -> TargetView:
-        view = await self._gates.view(GateKind.TARGET, name)
-        return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
+        return await self._target_view(await self._known(GateKind.TARGET, name))
 
     async def resume_target(
         self, name: str, how: TargetResume, by: str | None = None
     ) -> TargetView:
         """Resume a halted target: `retry` re-queues its halting job (its transition
         names `by`, the caller), which goes first; `skip` leaves that job quarantined
-        and moves on."""
-        view = await self._gates.view(GateKind.TARGET, name)
-        halted_by = view.settings.halted_by if view is not None else None
+        and moves on. An unknown target stays so."""
+        view: GateView | None = await self._known(GateKind.TARGET, name)
+        halted_by = view.settings.halted_by if view else None
         if how.job == "retry" and halted_by is not None:
             try:
                 await self._requeue(halted_by, by)
@@ -345,6 +344,14 @@ class GateService:
         return served
 
     # -- shared --------------------------------------------------------------------
+
+    async def _known(self, kind: GateKind, name: str) -> GateView:
+        """A gate that a job ever named or a setting made (its workflow runs), else its
+        kind's not-found (404). Reading it never starts one."""
+        view = await self._gates.view(kind, name)
+        if view is None:
+            raise GroupNotFound(name) if kind == GateKind.GROUP else GateNotFound(kind.value, name)
+        return view
 
     async def _every(self, kind: GateKind, show: Callable[[GateView], Awaitable[T]]) -> list[T]:
         """Every gate of a kind as `show` answers it, cached METRICS_CACHE_MS."""

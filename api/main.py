@@ -73,6 +73,10 @@ async def _dashboard_page() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html")
 
 
+async def _favicon() -> FileResponse:
+    return FileResponse(STATIC_DIR / "favicon.ico", media_type="image/x-icon")
+
+
 def create_app(
     settings: ApiSettings | None = None,
     temporal: TemporalSettings | None = None,
@@ -151,6 +155,8 @@ def create_app(
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.
     app.add_api_route("/", _dashboard_page, methods=["GET", "HEAD"], include_in_schema=False)
+    # Where browsers and tools ask for the icon; the page links it too.
+    app.add_api_route("/favicon.ico", _favicon, methods=["GET", "HEAD"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Starlette's body limit counts a streamed body and raises a 413 that api/errors.py
     # answers as JSON; a declared length over the limit is refused before it.

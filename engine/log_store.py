@@ -73,23 +73,31 @@ def encode(lines: list[LogLine]) -> bytes:
 
 def read(root: Path, job_id: str, attempt: int, offset: int = 0) -> tuple[list[LogLine], int]:
     """The complete lines from byte `offset` on, and the offset after them."""
+    found = read_ends(root, job_id, attempt, offset)
+    return [line for line, _ in found], found[-1][1] if found else offset
+
+
+def read_ends(root: Path, job_id: str, attempt: int, offset: int = 0) -> list[tuple[LogLine, int]]:
+    """The complete lines from byte `offset` on, each with the offset after it (where a
+    reader that has it resumes)."""
     path = attempt_path(root, job_id, attempt)
     try:
         with path.open("rb") as log:
             log.seek(offset)
             data = log.read()
     except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1
-    lines = []
+        return []
+    found = []
+    position = offset
     # Split on newlines only: a solver's `\r` (progress bars) stays in its line.
-    for raw in data[:end].decode("utf-8", errors="replace").split("\n")[:-1]:
-        stream, _, text = raw.partition(" ")
+    for raw in data.split(b"\n")[:-1]:
+        position += len(raw) + 1
+        stream, _, text = raw.decode("utf-8", errors="replace").partition(" ")
         known: Stream = (
             "stdout" if stream == "stdout" else "stderr" if stream == "stderr" else "jobforge"
         )
-        lines.append(LogLine(stream=known, text=text))
-    return lines, offset + end
+        found.append((LogLine(stream=known, text=text), position))
+    return found
 
 
 def size(root: Path, job_id: str, attempt: int) -> int:
@@ -99,14 +107,26 @@ def size(root: Path, job_id: str, attempt: int) -> int:
         return 0
 
 
+class UploadConflictError(ValueError):
+    """An uploaded chunk the log cannot take at its offset: it starts past the end, or
+    its bytes below the end are not the ones stored there. Its text is the offset to
+    send from (the log's end)."""
+
+    def __init__(self, expected_offset: int, reason: str) -> None:
+        super().__init__(str(expected_offset))
+        self.expected_offset = expected_offset
+        self.reason = reason
+
+
 def append_at(
     root: Path, job_id: str, attempt: int, offset: int, lines: list[LogLine], max_bytes: int
 ) -> int:
     """Append an uploaded chunk that starts at byte `offset`: a chunk already stored
     changes nothing; one that overlaps the end (an agent's batch resent with more lines
-    after its answer was lost) adds only what follows the end, if the part before it is
-    what is stored; one past the end is refused (ValueError, the expected offset in its
-    message). The size after it."""
+    after its answer was lost) adds only what follows the end. One past the end, or one
+    whose bytes below the end differ from what is stored there, is refused
+    (UploadConflictError, naming the end): nothing is dropped silently. Once the log was cut
+    every chunk is answered with its size. The size after it."""
     path = attempt_path(root, job_id, attempt)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("ab") as log:
@@ -116,14 +136,14 @@ def append_at(
         fcntl.flock(log.fileno(), fcntl.LOCK_EX)
         current = os.fstat(log.fileno()).st_size
         if offset > current:
-            raise ValueError(str(current))
+            raise UploadConflictError(current, "offset is past the end of the stored log")
+        if _cut(path, current):
+            return current  # cut already: nothing more is kept
         data = encode(lines)
         if offset < current:
             data = _beyond(path, offset, current, data)
             if not data:
                 return current
-        if _cut(path, current):
-            return current  # cut already: nothing more is kept
         if current + len(data) > max_bytes:
             data = encode([LogLine(stream="jobforge", text=CUT_MARKER.format(size=max_bytes))])
         log.write(data)
@@ -133,15 +153,13 @@ def append_at(
 
 def _beyond(path: Path, offset: int, size: int, data: bytes) -> bytes:
     """What of a chunk stored from `offset` lies past the log's end (`size`): nothing if
-    it ends within the log, or if its bytes up to the end are not the ones stored (they
-    are whole lines, so what follows them starts a line)."""
-    if offset + len(data) <= size:
-        return b""
+    it ends within the log. Its bytes below the end must be the ones stored (they are
+    whole lines, so what follows them starts a line), else UploadConflictError."""
     with path.open("rb") as log:
         log.seek(offset)
-        stored = log.read(size - offset)
+        stored = log.read(min(size, offset + len(data)) - offset)
     if data[: len(stored)] != stored:
-        return b""
+        raise UploadConflictError(size, "the bytes at offset differ from the stored log")
     return data[len(stored) :]
 
 

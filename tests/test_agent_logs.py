@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from bench.harness import Proc, wait_until
-from engine.log_store import LINE_MAX
+from engine import log_store
+from engine.log_store import LINE_MAX, LogLine
 from tests.conftest import Api, Solver, base_env
 from worker.agent import Hub, LogUploader
 from worker.devserver import DevServer
@@ -122,7 +123,7 @@ class FakeHub:
         return self.answers.pop(0) if self.answers else httpx.Response(200, json={})
 
 
-def uploader(fake: FakeHub) -> LogUploader:
+def uploader(fake: object) -> LogUploader:
     job = ClaimedJob.model_validate(
         {
             "job_id": "j1",
@@ -170,6 +171,40 @@ def test_the_uploader_cuts_lines_per_stream_and_resumes_where_a_409_says() -> No
         ],
     }
     assert logs.offset == 40
+
+
+class StoreHub:
+    """The upload route in process, on a real log store: 200 with `next_offset`, or
+    409 with `expected_offset`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sent: list[int] = []
+
+    async def call_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        assert (method, path) == ("POST", "/api/jobs/j1/logs")
+        body = kwargs["json"]
+        self.sent.append(body["offset"])
+        lines = [LogLine.model_validate(line) for line in body["lines"]]
+        try:
+            after = log_store.append_at(self.root, "j1", 2, body["offset"], lines, 1 << 20)
+        except log_store.UploadConflictError as err:
+            return httpx.Response(409, json={"expected_offset": err.expected_offset})
+        return httpx.Response(200, json={"next_offset": after})
+
+
+def test_a_chunk_that_differs_from_the_stored_log_is_resent_at_its_end(tmp_path: Path) -> None:
+    stored = [LogLine(stream="stdout", text="stored before")]
+    end = log_store.append_at(tmp_path, "j1", 2, 0, stored, 1 << 20)
+    fake = StoreHub(tmp_path)
+    logs = uploader(fake)
+    logs.write("stderr", b"mine\n")  # sent at offset 0, where other bytes are stored
+
+    asyncio.run(logs.close())
+
+    assert fake.sent == [0, end]
+    assert log_store.read(tmp_path, "j1", 2)[0] == [*stored, LogLine(stream="stderr", text="mine")]
+    assert logs.offset == log_store.size(tmp_path, "j1", 2)
 
 
 def test_an_unreachable_hub_costs_lines_never_the_job() -> None:

@@ -272,6 +272,31 @@ def test_show_prints_the_detail_the_transitions_and_the_fail_history(
     assert len(re.findall(r"│.*session-worker.*│", failures)) == 1, failures
 
 
+def test_show_of_a_job_no_solver_was_found_for_says_there_was_none(
+    start_api: Callable[..., Api],
+) -> None:
+    # An agent takes the job and reports that it has no solver for its type.
+    hub = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX="cli-no-solver-")
+    job_id = hub.submit(type="no-solver", max_attempts=1)
+    claim = hub.http.post(
+        "/api/jobs/claim", json={"worker_id": "agent-ns", "types": ["no-solver"], "wait": 10}
+    )
+    assert claim.status_code == 200, claim.text
+    reason = "solver_not_found: no solver_url and no solver registered for type 'no-solver'"
+    failed = hub.http.post(
+        f"/api/jobs/{job_id}/fail", json={"worker_id": "agent-ns", "reason": reason}
+    )
+    assert failed.status_code == 200, failed.text
+    hub.wait_status(job_id, "quarantined")
+
+    shown = ok(jobforge(hub.url, "show", job_id))
+
+    assert re.search(r"^Fail reason\s+solver_not_found: ", shown, re.MULTILINE), shown
+    solver = re.search(r"^Solver\s+(.*)$", shown, re.MULTILINE)
+    assert solver is not None, shown
+    assert solver[1] == "none: no solver_url, and none registered for the type on its worker"
+
+
 @pytest.fixture
 def watcher(api: Api, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Factory: a running `jobforge watch ARGS` (output in tmp_path); stopped at the end."""

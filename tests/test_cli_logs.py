@@ -61,6 +61,22 @@ def test_logs_prints_each_line_labelled_by_stream_and_follow_ends_with_the_attem
     assert ok(jobforge(api.url, "logs", job_id, "--attempt", "2")) == ""
 
 
+def test_follow_of_a_job_cancelled_before_it_ran_ends_with_it(
+    start_api: Callable[..., Api],
+) -> None:
+    # No worker polls this API's queues: the job waits with its first attempt granted.
+    hub = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX="cli-logs-cancelled-")
+    job_id = hub.submit(type="never-runs")
+    wait_until(lambda: hub.job(job_id)["attempt"] == 1, timeout=30)
+    ok(jobforge(hub.url, "cancel", job_id))
+    hub.wait_status(job_id, "failed")
+
+    followed = jobforge(hub.url, "logs", job_id, "--follow")
+
+    assert ok(followed) == ""
+    assert followed.stderr.strip() == "attempt ended: failed"
+
+
 def test_logs_of_an_unknown_job_is_the_apis_404(api: Api) -> None:
     result = jobforge(api.url, "logs", "no-such-job")
     assert result.returncode == 1

@@ -305,6 +305,9 @@ def test_resume_of_a_target_whose_halting_job_has_closed_says_to_skip_it(
         (["pool", "set", "p", "--capacity", "1", "--aging-step", "0"], "aging_step_s: "),
         (["group", "set", "g", "--max-parallel", "0"], "max_parallel: "),
         (["group", "show", "cli-never-used"], "group cli-never-used not found"),
+        (["target", "show", "cli-never-used"], "target cli-never-used not found"),
+        (["target", "resume", "cli-never-used"], "target cli-never-used not found"),
+        (["pool", "show", "cli-never-used"], "pool cli-never-used not found"),
     ],
     ids=[
         "cost-0",
@@ -315,6 +318,9 @@ def test_resume_of_a_target_whose_halting_job_has_closed_says_to_skip_it(
         "aging-step",
         "max-parallel",
         "unknown-group",
+        "unknown-target",
+        "resume-unknown-target",
+        "unknown-pool",
     ],
 )
 def test_a_value_the_api_refuses_is_one_line_naming_it_and_exit_1(

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Locator, Page, Route, expect
 
@@ -44,6 +45,19 @@ def sign_in(page: Page, api: Api, *, job_type: str | None = None, query: str = "
 def row(page: Page, job_id: str) -> Locator:
     """The jobs table row of a job."""
     return page.locator(f'#jobs-body tr[data-job-id="{job_id}"]')
+
+
+def test_the_favicon_is_served_without_a_token_and_the_page_links_it(page: Page, api: Api) -> None:
+    page.goto(f"{api.url}/")
+    href = page.locator('link[rel="icon"]').get_attribute("href")
+    assert href is not None
+    icon = httpx.get(page.evaluate("href => new URL(href, location.href).href", href))
+    direct = httpx.get(f"{api.url}/favicon.ico")
+
+    assert icon.status_code == 200, icon.text
+    assert icon.headers["content-type"] == "image/x-icon"
+    assert icon.content.startswith(b"\x00\x00\x01\x00")  # an ICO header
+    assert direct.content == icon.content
 
 
 def test_a_wrong_token_is_refused_and_asked_for_again(page: Page, api: Api) -> None:

@@ -106,6 +106,7 @@ def test_a_running_jobs_progress_and_log_lines_show_and_follow_it(
     err_color = log_line(page, "stderr", "first err").evaluate("e => getComputedStyle(e).color")
     assert out_color != err_color
     expect(page.locator("#log-attempt")).to_have_count(0)  # one attempt: no selector
+    expect(page.locator("#detail-logs .log-controls")).to_have_text("attempt 1")
 
     # Lines written after the view opened are followed; the bar moves on the next beat.
     Path(gate + ".1").touch()

@@ -912,7 +912,9 @@ def test_an_overlapping_chunk_adds_only_its_lines_past_the_end(tmp_path: Path) -
     assert store(tmp_path, "j1", 1, at[2], lines[2:7], 1 << 20) == at[7]
     assert store(tmp_path, "j1", 1, at[1], lines[1:3], 1 << 20) == at[7]  # within: nothing
     other = [LogLine(stream="stderr", text="not what is stored"), *lines[7:]]
-    assert store(tmp_path, "j1", 1, at[6], [*other, lines[0]], 1 << 20) == at[7]
+    with pytest.raises(log_store.UploadConflictError) as refused:
+        store(tmp_path, "j1", 1, at[6], [*other, lines[0]], 1 << 20)
+    assert refused.value.expected_offset == at[7]
     path = log_store.attempt_path(tmp_path, "j1", 1)
     assert path.read_bytes() == log_store.encode(lines)
 

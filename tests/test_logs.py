@@ -88,6 +88,65 @@ def test_following_a_running_job_streams_its_lines_until_it_ends(
     assert events[-1] == ("end", {"status": "completed"})
 
 
+def sse(api: Api, job_id: str, **headers: str) -> list[tuple[str, str | None, Any]]:
+    """Follow a job's log to its `end` event: (event, id, data) each. A stream that does
+    not end within the read timeout fails the test."""
+    events: list[tuple[str, str | None, Any]] = []
+    with api.http.stream(
+        "GET",
+        f"/api/jobs/{job_id}/logs",
+        params={"follow": "1"},
+        headers=headers,
+        timeout=httpx.Timeout(30, read=15),
+    ) as stream:
+        assert stream.status_code == 200, stream.read()
+        name, event_id = "", None
+        for raw in stream.iter_lines():
+            if raw.startswith("event: "):
+                name, event_id = raw.removeprefix("event: "), None
+            elif raw.startswith("id: "):
+                event_id = raw.removeprefix("id: ")
+            elif raw.startswith("data: "):
+                events.append((name, event_id, json.loads(raw.removeprefix("data: "))))
+                if name == "end":
+                    break
+    return events
+
+
+def test_each_followed_line_has_its_own_id_and_last_event_id_resumes_after_it(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    job_id = api.submit(**make_solver(TALKER).spec(job_type))
+    api.wait_status(job_id, "completed")  # its four lines are in one chunk
+
+    events = sse(api, job_id)
+    ids = [int(event_id or -1) for name, event_id, _ in events if name == "log"]
+    resumed = sse(api, job_id, **{"Last-Event-ID": str(ids[1])})
+
+    texts = [data["text"] for name, _, data in events if name == "log"]
+    assert len(texts) == 4
+    assert ids == sorted(set(ids))  # one id each, the offset after the line
+    assert ids[-1] == api.http.get(f"/api/jobs/{job_id}/logs").json()["next_offset"]
+    assert [data["text"] for name, _, data in resumed if name == "log"] == texts[2:]
+    assert [event_id for name, event_id, _ in resumed if name == "log"] == list(map(str, ids[2:]))
+
+
+def test_following_a_job_cancelled_before_it_ran_ends_at_once(
+    start_api: Callable[..., Api],
+) -> None:
+    # No worker polls this API's queues: a job waits with its first attempt granted.
+    hub = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX="logs-cancelled-")
+    granted = hub.submit(type="never-runs")
+    wait_until(lambda: hub.job(granted)["attempt"] == 1, timeout=30)
+    # One that waits for its start time has no attempt at all.
+    later = hub.submit(type="never-runs", earliest_start_at=4102444800000)
+    for job_id in (granted, later):
+        assert hub.http.delete(f"/api/jobs/{job_id}").status_code == 204
+        hub.wait_status(job_id, "failed")
+        assert sse(hub, job_id) == [("end", None, {"status": "failed"})]
+    assert hub.job(later)["attempt"] == 0
+
+
 def test_an_agents_upload_is_idempotent_per_offset(
     start_api: Callable[..., Api], tmp_path: Path
 ) -> None:
@@ -112,6 +171,14 @@ def test_an_agents_upload_is_idempotent_per_offset(
     assert upload(0, chunk_a).json()["next_offset"] == middle  # a duplicate: no change
     end = upload(middle, chunk_b).json()["next_offset"]
     assert end > middle
+    assert lines(hub, job_id) == [("stdout", "a1"), ("stderr", "a2"), ("stdout", "b1")]
+    assert upload(0, chunk_a[:1]).json()["next_offset"] == end  # a retried part: no change
+    # Bytes below the end that are not the stored ones: refused with the end, kept out.
+    differ = upload(0, chunk_b)
+    assert differ.status_code == 409, differ.text
+    assert differ.json()["expected_offset"] == end
+    straddle = upload(middle, [*chunk_a, *chunk_b])
+    assert straddle.status_code == 409 and straddle.json()["expected_offset"] == end
     assert lines(hub, job_id) == [("stdout", "a1"), ("stderr", "a2"), ("stdout", "b1")]
     other = hub.http.post(
         f"/api/jobs/{job_id}/logs",

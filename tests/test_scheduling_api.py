@@ -165,17 +165,16 @@ def test_cancel_group_cancels_its_pending_jobs(api: Api, name: str) -> None:
 
 
 def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
-    pool = ok(api.http.get(f"/api/pools/{name}"))
+    pool = ok(api.http.put(f"/api/pools/{name}", json={"capacity": 1}))
     assert pool == {
         "pool": name,
-        "capacity": 100,
+        "capacity": 1,
         "aging_step_s": None,
         "in_use": 0,
         "pending": 0,
         "running": 0,
         "counts": NO_OPEN_JOBS,
     }
-    assert ok(api.http.put(f"/api/pools/{name}", json={"capacity": 1}))["capacity"] == 1
     job_id = api.submit(type=REGISTERED_TYPE, pool=name, cost_units=2)
     waiting_for(api, job_id, "pool_capacity")
     pool = ok(api.http.get(f"/api/pools/{name}"))
@@ -235,6 +234,36 @@ def test_a_pools_lock_is_one_owners_a_409_names_it_and_bad_input_is_a_422(
     assert api.http.post(lock, json={"owner": "b"}).status_code == 409
     assert api.http.delete(lock, params={"owner": "a"}).status_code == 204
     assert ok(api.http.post(lock, json={"owner": "b"}))["owner"] == "b"
+
+
+# -- unknown gates ------------------------------------------------------------------------
+
+
+def test_an_unknown_target_group_or_pool_is_a_404_and_no_call_makes_one(
+    api: Api, name: str
+) -> None:
+    calls = [
+        ("GET", f"/api/targets/{name}", None),
+        ("POST", f"/api/targets/{name}/resume", None),
+        ("POST", f"/api/targets/{name}/resume", {"job": "skip"}),
+        ("GET", f"/api/groups/{name}", None),
+        ("POST", f"/api/groups/{name}/resume", None),
+        ("POST", f"/api/groups/{name}/retry-failed", None),
+        ("POST", f"/api/groups/{name}/cancel", None),
+        ("GET", f"/api/pools/{name}", None),
+        ("DELETE", f"/api/pools/{name}/lock?owner=a", None),
+    ]
+    for method, path, body in calls:
+        answer = api.http.request(method, path, json=body)
+        assert answer.status_code == 404, (method, path, answer.text)
+        kind = path.split("/")[2].removesuffix("s")
+        assert answer.json()["error"] == f"{kind} {name} not found", answer.text
+    # Asked again, each is still unknown: none of the calls above started one.
+    for method, path, body in calls:
+        assert api.http.request(method, path, json=body).status_code == 404, path
+    # A setting makes a pool (as runforge's daemon does), as a job naming it would.
+    assert ok(api.http.put(f"/api/pools/{name}", json={"capacity": 2}))["capacity"] == 2
+    assert ok(api.http.get(f"/api/pools/{name}"))["capacity"] == 2
 
 
 # -- targets ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ the session worker, which takes every type's solver_url jobs, never takes these 
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,6 +165,37 @@ async def test_sigterm_stops_claiming_and_lets_the_running_job_finish_within_the
     later = complete_on_node_b(stack, job_type, second)
     assert later["attempts"] == 1
     assert later["fail_history"] == []
+
+
+async def test_a_shutdown_says_so_once_and_leaves_no_task_pending(
+    start_stack: Callable[..., Stack], job_type: str, gated: Gated
+) -> None:
+    stack = start_stack()
+    # Many task queues, so many SDK Worker objects: four types, each with a host queue,
+    # two with a registered solver; and the workflows, with type discovery.
+    types = [f"{job_type}-{i}" for i in range(4)]
+    worker = stack.start_worker(
+        **stack.queues,
+        NODE_ID="node-quiet",
+        WORKER_HOST="host-quiet",
+        WORKER_SOLVERS=json.dumps({types[0]: ["true"], types[1]: ["true"]}),
+        WORKER_SHUTDOWN_GRACE_S="1",
+        ready="ready: workflows=True",
+    )
+    stack.procs.append(worker)
+    # A job of each type: discovery serves them all; one runs through the shutdown.
+    first, *_ = [stack.api.submit(**gated.spec(name)) for name in types]
+    wait_until(running_on(stack, first, "node-quiet"), what="a job to run on it")
+    wait_until(lambda: worker.output().count("serving job type") == 4, what="every type served")
+
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.process.wait(30) == 0, worker.output()
+
+    out = worker.output()
+    assert out.count("shutting down: no new claims") == 1, out
+    assert "Beginning worker shutdown" not in out, out
+    assert "Task was destroyed" not in out and " ERROR " not in out, out
+    gated.release()
 
 
 async def test_a_job_outlasting_the_shutdown_grace_is_requeued_as_worker_shutdown_and_run_again(

@@ -42,6 +42,7 @@ from worker.hub_client import (
     HubUnreachableError,
     status_label,
 )
+from workflows.errors import ErrorType
 from workflows.job_states import CANCELLED, COUNT_KINDS
 from workflows.models import ListOrder, Progress
 
@@ -419,11 +420,12 @@ def show(job_id: JobIdArg) -> None:
         job = hub.job(job_id)
     label = status_label(job.model_dump(mode="json"))
     console = Console(highlight=False)
-    solver = (
-        f"{job.solver_url} (sha256 {job.solver_checksum})"
-        if job.solver_url
-        else "registered for the type"
-    )
+    if job.solver_url:
+        solver = f"{job.solver_url} (sha256 {job.solver_checksum})"
+    elif (job.fail_reason or "").partition(":")[0] == ErrorType.SOLVER_NOT_FOUND:
+        solver = "none: no solver_url, and none registered for the type on its worker"
+    else:
+        solver = "registered for the type"
     scheduling = (
         ("Group", job.group),
         ("Pool", job.pool and f"{job.pool} (cost {job.cost_units})"),

@@ -66,6 +66,8 @@ def build_workflow_worker(client: Client, temporal: TemporalSettings) -> Worker:
 # How often a worker tells its record it is alive, with its host telemetry (each is a
 # history event).
 SEEN_EVERY_S = 15.0
+# How long shutdown lets a presence or discovery call in flight finish.
+STOP_CALLS_S = 5.0
 
 
 class NativeWorker:
@@ -100,6 +102,8 @@ class NativeWorker:
         self._host = HostSampler(solver.cache_dir, lambda: self._activities.running)
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._workers: dict[str, Worker] = {}
+        # Set once shutdown begins: no queue is polled from then on.
+        self._stopping = False
 
     def serve_type(self, job_type: str) -> None:
         """Start polling the queues of one job type's jobs this worker can run, each
@@ -151,11 +155,14 @@ class NativeWorker:
         )
 
     def _add(self, key: str, worker: Worker) -> None:
+        if self._stopping:
+            return
         self._workers[key] = worker
         self._runs[key] = asyncio.create_task(worker.run(), name=f"worker {key}")
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run until `stop` is set, then shut down gracefully."""
+        """Run until `stop` is set (a queue's worker that fails sets it), then shut down
+        gracefully: every task it started has ended when this returns."""
         if self._settings.run_workflows:
             self._add("<workflows>", build_workflow_worker(self._client, self._temporal))
         if self._runtime:
@@ -181,18 +188,27 @@ class NativeWorker:
             discovery = asyncio.create_task(self._discover_types(stop))
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait([stopped, *self._runs.values()], return_when=asyncio.FIRST_COMPLETED)
-        presence.cancel()
-        if discovery is not None:
-            discovery.cancel()
+        # One line for the process (the SDK's line per queue is filtered: serve()).
         log.info(
             "shutting down: no new claims, %.0f s for running jobs", self._settings.shutdown_grace_s
         )
+        self._stopping = True
+        stop.set()  # a queue's worker that failed stops the others too
+        # Presence and discovery see `stop` and end after the call they are in (not
+        # cancelled inside one, unless it outlasts STOP_CALLS_S); discovery adds no
+        # queue from now on.
+        helpers = [stopped, presence, *([discovery] if discovery else [])]
+        _, late = await asyncio.wait(helpers, timeout=STOP_CALLS_S)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
         await asyncio.gather(
             *(w.shutdown() for w in self._workers.values()), return_exceptions=True
         )
-        for task in self._runs.values():
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        ended = await asyncio.gather(*self._runs.values(), return_exceptions=True)
+        for outcome in ended:
+            if isinstance(outcome, Exception):
+                raise outcome
 
     async def _announce(self, stop: asyncio.Event) -> None:
         """Register this worker, then heartbeat its record with the host's telemetry
@@ -256,6 +272,21 @@ class OneLineFailures(logging.Filter):
         return True
 
 
+class OneShutdownLine(logging.Filter):
+    """The SDK logs "Beginning worker shutdown" for each of a process's task queues (one
+    Worker object each); the process says it once itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Beginning worker shutdown")
+
+
+def quiet_sdk_shutdown() -> None:
+    """Install `OneShutdownLine` on the SDK's worker logger (idempotent)."""
+    sdk_worker_log = logging.getLogger("temporalio.worker._worker")
+    if not any(isinstance(f, OneShutdownLine) for f in sdk_worker_log.filters):
+        sdk_worker_log.addFilter(OneShutdownLine())
+
+
 def quiet_attempt_failures() -> None:
     """Install `OneLineFailures` on the SDK's activity logger (idempotent)."""
     sdk_activity_log = logging.getLogger("temporalio.activity")
@@ -280,6 +311,7 @@ async def serve(
     stop = asyncio.Event()
     install_stop_handlers(stop)
     quiet_attempt_failures()
+    quiet_sdk_shutdown()
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
     start_tracing("jobforge-worker")
     hosts = HostSettings()

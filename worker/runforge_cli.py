@@ -321,6 +321,17 @@ def _run_line(run: dict[str, Any]) -> str:
     return f"{line} error={error}" if error else line
 
 
+def _pool_or_none(client: HubClient, pool: str) -> dict[str, Any]:
+    """The workspace's pool; one that no run or daemon ever named (the API's 404) has no
+    max_parallel yet and nothing in use."""
+    try:
+        return client.pool(pool)
+    except HubError as err:
+        if err.status != 404:
+            raise
+        return {"capacity": "none", "in_use": 0}
+
+
 @app.command("queue-status", cls=_RunforgeCommand)
 def queue_status(workspace: Workspace) -> None:
     """Print the workspace's queue by group, and whether its daemon is healthy.
@@ -331,7 +342,7 @@ def queue_status(workspace: Workspace) -> None:
     path = workspace_path(workspace)
     pool = pool_name(path)
     with _hub() as client:
-        capacity = client.pool(pool)
+        capacity = _pool_or_none(client, pool)
         daemons = _daemons(client, pool)
         runs = [
             {"id": job["id"], "run_id": run_id_of(job), "state": state_of(job), **job}

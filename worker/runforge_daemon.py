@@ -31,7 +31,12 @@ from temporalio.client import Client
 from engine.connection import TemporalSettings, connect
 from engine.directory import register_worker
 from worker.hub_client import HubClient, HubError, HubSettings
-from worker.native import NativeWorker, install_stop_handlers, quiet_attempt_failures
+from worker.native import (
+    NativeWorker,
+    install_stop_handlers,
+    quiet_attempt_failures,
+    quiet_sdk_shutdown,
+)
 from worker.runforge import (
     LEGACY_RUN_TYPE,
     DaemonState,
@@ -310,6 +315,7 @@ async def _serve(
     )
     install_stop_handlers(stop)
     quiet_attempt_failures()
+    quiet_sdk_shutdown()
     temporal_client = await connect(temporal, identity=worker_id)
     reporter = RunReporter(hub, worker_id, job_type)
     threading.Thread(target=reporter.follow, name="runforge events", daemon=True).start()

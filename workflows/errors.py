@@ -251,7 +251,8 @@ class TenantForbidden(JobforgeError):  # noqa: N818 - the domain's own words
 
 
 class GateNotFound(JobforgeError):  # noqa: N818 - the domain's own words
-    """A pool or target outside the caller's tenant (a tenant's gates are its own)."""
+    """A pool or target no job ever named and no setting made, or one outside the
+    caller's tenant (a tenant's gates are its own)."""
 
     def __init__(self, kind: str, name: str) -> None:
         super().__init__(f"{kind} {name} not found", **{kind: name})

@@ -21,6 +21,7 @@ tenant's own task queues (docs/architecture.md, "Tenants").
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -190,7 +191,9 @@ def router(
         limit: Annotated[int, Query(ge=1)] = 50,
         page_token: str | None = None,
     ) -> list[TargetJob]:
-        """The target's jobs, newest first; `Next-Page-Token` names the next page."""
+        """The target's jobs, newest first; `Next-Page-Token` names the next page. A
+        held job's lease is read as GET reads it (one call per held job: a serial
+        target holds at most one)."""
         page = await jobs.list_jobs(
             None,
             None,
@@ -201,7 +204,8 @@ def router(
         )
         if page.next_page_token:
             response.headers["Next-Page-Token"] = page.next_page_token
-        return [TargetJob.of(job) for job in page.jobs]
+        shown = await asyncio.gather(*(jobs.live(job) for job in page.jobs))
+        return [TargetJob.of(job) for job in shown]
 
     @routes.get("/targets/{target_id}/jobs/{job_id}", response_model=TargetJob)
     async def get_job(

@@ -17,7 +17,7 @@ from api.deps import Authorized, ConfigDep, JobsDep, ScopeDep
 from engine import log_store
 from engine.log_store import LogLine
 from workflows.errors import InvalidField, JobConflict
-from workflows.job_states import HELD
+from workflows.job_states import HELD, is_ended
 from workflows.models import WORKER_ID_PATTERN, Job
 
 router = APIRouter(prefix="/api/jobs", tags=["logs"], dependencies=[Authorized])
@@ -77,9 +77,15 @@ def _attempt_of(job: Job, asked: int | None, root: FilePath) -> int | None:
 
 
 def _over(job: Job, attempt: int) -> bool:
-    """Whether an attempt has ended: a later one began, or it was claimed and the job
-    is no longer assigned or running (an attempt not claimed yet is still to come)."""
-    return job.attempt != attempt or (job.status not in HELD and job.attempts >= attempt)
+    """Whether an attempt has ended: a later one began, it was claimed and the job is no
+    longer assigned or running, or the job has ended (an attempt granted but never
+    claimed, as for a job cancelled before it ran, will not come). An attempt not
+    claimed yet of an open job is still to come."""
+    return (
+        job.attempt != attempt
+        or (job.status not in HELD and job.attempts >= attempt)
+        or is_ended(job.status, job.fail_reason)
+    )
 
 
 def _sse(event: str, data: object, event_id: int | None = None) -> bytes:
@@ -103,8 +109,9 @@ async def get_logs(
     follow: bool = False,
 ) -> Response | JobLog:
     """The attempt's stdout and stderr lines, labelled by stream. With `follow=1` or
-    `Accept: text/event-stream`: a stream of `log` events (one per line) while the
-    attempt runs, then an `end` event. Another tenant's job is a 404."""
+    `Accept: text/event-stream`: a stream of `log` events (one per line, its id the byte
+    offset after it; `Last-Event-ID` resumes there) while the attempt runs, then an
+    `end` event. Another tenant's job is a 404."""
     job = await jobs.get(job_id, scope)
     root = config.logs.root
     number = _attempt_of(job, attempt, root)
@@ -115,27 +122,37 @@ async def get_logs(
         lines, after = log_store.read(root, job_id, number, offset)
         return JobLog(job_id=job_id, attempt=number, lines=lines, next_offset=after)
     if number is None:
+        if is_ended(job.status, job.fail_reason):
+            # Ended before any attempt began (cancelled while pending): none will come.
+            return StreamingResponse(
+                iter([_sse("end", {"status": job.status.value})]), media_type="text/event-stream"
+            )
         raise InvalidField("attempt", "the job has not started an attempt yet")
 
+    # Each line's event id is the byte offset after it: a reconnect that sends it back
+    # as Last-Event-ID resumes with the next line.
+    resumed = request.headers.get("last-event-id", "")
+    start = int(resumed) if resumed.isdigit() else offset
+
     async def events() -> AsyncIterator[bytes]:
-        position = offset
+        position = start
         current = job
         checked = asyncio.get_running_loop().time()
         while True:
-            lines, position = log_store.read(root, job_id, number, position)
-            for line in lines:
-                yield _sse("log", line.model_dump(), position)
+            found = log_store.read_ends(root, job_id, number, position)
+            for line, after in found:
+                yield _sse("log", line.model_dump(), after)
+                position = after
             if await request.is_disconnected():
                 return
             now = asyncio.get_running_loop().time()
             if now - checked >= FOLLOW_STATUS_S:
                 checked = now
                 current = await jobs.get(job_id, scope)
-            if _over(current, number) and not lines:
+            if _over(current, number) and not found:
                 # One last read: what the worker wrote just before the end.
-                lines, position = log_store.read(root, job_id, number, position)
-                for line in lines:
-                    yield _sse("log", line.model_dump(), position)
+                for line, after in log_store.read_ends(root, job_id, number, position):
+                    yield _sse("log", line.model_dump(), after)
                 yield _sse("end", {"status": current.status.value})
                 return
             await asyncio.sleep(FOLLOW_POLL_S)
@@ -149,8 +166,9 @@ async def upload_logs(
 ) -> Uploaded:
     """An agent's chunk of output, stored at byte `offset` of its attempt's log: a chunk
     already stored changes nothing, one that overlaps the end adds only its lines past
-    it, one past the end is a 409 with `expected_offset`. Bounded by LOG_MAX_BYTES per
-    attempt."""
+    it. One past the end, or one whose bytes below the end differ from those stored, is
+    a 409 with `expected_offset` (the end: send from there). Bounded by LOG_MAX_BYTES
+    per attempt."""
     job = await jobs.get(job_id, scope)
     held_by_other = body.attempt == job.attempt and job.worker_id not in (None, body.worker_id)
     if body.attempt > job.attempt or held_by_other:
@@ -164,8 +182,6 @@ async def upload_logs(
         after = log_store.append_at(
             logs.root, job_id, body.attempt, body.offset, lines, logs.log_max_bytes
         )
-    except ValueError as err:
-        raise JobConflict(
-            "offset is past the end of the stored log", id=job_id, expected_offset=int(str(err))
-        ) from err
+    except log_store.UploadConflictError as err:
+        raise JobConflict(err.reason, id=job_id, expected_offset=err.expected_offset) from err
     return Uploaded(next_offset=after)

@@ -1013,13 +1013,13 @@ function renderLogControls(log, job) {
     }),
   );
   const empty = log.lines.childElementCount === 0;
-  log.controls.replaceChildren(
+  log.controls.replaceChildren(...[
     select || (shown ? h("span", { class: "muted" }, `attempt ${shown}`) : false),
     log.dropped > 0 && h("span", { id: "log-dropped", class: "muted" },
                          `${log.dropped} earlier lines not shown (the last ${LOG_KEEP} are)`),
     empty && h("span", { id: "log-empty", class: "muted" },
                job.attempt ? "No output yet." : "No attempt yet."),
-  );
+  ].filter(Boolean));
 }
 
 function pickAttempt(n) {

@@ -133,6 +133,23 @@ def test_an_interrupt_pauses_the_job_and_halts_the_target_until_the_job_is_resum
     assert again is not None and again["id"] == first["id"]  # the resumed job goes first
 
 
+def test_the_list_shows_a_held_jobs_lease_as_get_does(target: Target) -> None:
+    created = target.create()
+    assert target.claim("w-1") is not None
+    assert target.beat(created["id"], "w-1").status_code == 204
+    running = target.wait_status(created["id"], "RUNNING")
+
+    def listed() -> dict[str, Any] | None:
+        rows = ok(target.hub.http.get(target.base, headers=target.headers))
+        row = next(row for row in rows if row["id"] == created["id"])
+        return row if row["status"] == "RUNNING" else None
+
+    row = wait_until(listed, timeout=30, what="the list to show it RUNNING")
+    assert running["lease_expires_at"] is not None
+    assert row["lease_expires_at"] == target.job(created["id"])["lease_expires_at"]
+    assert row == target.job(created["id"])
+
+
 def test_an_expired_lease_is_an_error_without_retry_that_halts_the_target(
     target: Target,
 ) -> None:
