@@ -29,7 +29,7 @@ ADMIN_OR_WORK: Access = ADMIN | WORK
 ANY: Access = READ | WORK
 
 # Routes that take no token at all (never behind the check; listed so the table is whole).
-OPEN = frozenset({"GET /healthz", "GET /metrics", "GET /"})
+OPEN = frozenset({"GET /healthz", "GET /metrics", "GET /", "GET /favicon.ico"})
 
 ROUTES: dict[str, Access] = {
     # -- 000: the hub's routes ----------------------------------------------------------

@@ -8,7 +8,6 @@ from the token registry, checked against the replica's copy of its table
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
@@ -16,6 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
 from api import access
+from api.principal import BOOTSTRAP, Principal
 from workflows.errors import Forbidden, Unauthorized
 from workflows.token_models import Role
 
@@ -38,26 +38,6 @@ __all__ = [
 _bearer = HTTPBearer(
     auto_error=False, description="An API token (jf_…) or the bootstrap FORGE_INGEST_SECRET"
 )
-
-
-@dataclass(frozen=True)
-class Principal:
-    """The caller a token stands for."""
-
-    id: str  # token id; "bootstrap" for FORGE_INGEST_SECRET
-    name: str  # token name; "bootstrap" for the secret
-    role: Role
-    tenant: str | None  # None: no tenant (an admin sees every tenant)
-
-    @property
-    def by(self) -> str:
-        """Who it is in a job's transitions (`by`): its token's name and id, or
-        "bootstrap" for FORGE_INGEST_SECRET."""
-        return self.name if self.id == BOOTSTRAP_ID else f"{self.name} ({self.id})"
-
-
-BOOTSTRAP_ID = "bootstrap"
-BOOTSTRAP = Principal(id=BOOTSTRAP_ID, name="bootstrap", role="admin", tenant=None)
 
 
 def bearer_of(request: Request) -> str | None:

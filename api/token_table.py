@@ -33,7 +33,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import BOOTSTRAP, Principal
+from api.principal import BOOTSTRAP, Principal
 from engine.clock import now_ms
 from workflows.errors import (
     ErrorType,
