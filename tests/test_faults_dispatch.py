@@ -114,5 +114,6 @@ def test_attempts_taken_as_their_dispatch_timeout_fires_run_once_and_count_once(
     }
     print(f"dispatch race: {json.dumps(summary)}")  # noqa: T201 - the run's figures
     assert not problems, "\n".join(problems[:50])
-    assert sent_back > n, "too few attempts were sent back for the takes to race them"
+    # As many attempts sent back as there are jobs, at least: the takes raced them.
+    assert sent_back >= n, "too few attempts were sent back for the takes to race them"
     assert all(job["attempts"] == 1 and not job["fail_history"] for job in jobs.values())
