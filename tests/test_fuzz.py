@@ -169,7 +169,7 @@ def fuzz_config(api: Api) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.timeout(scale(300, 1900))
+@pytest.mark.timeout(scale(450, 1900))
 def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
     """schemathesis, every check, every phase but stateful, authenticated.
 
@@ -228,7 +228,7 @@ def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,  # its .schemathesis/ state
-        timeout=scale(150, 1800),
+        timeout=scale(300, 1800),
         check=False,
     )
     (tmp_path / "schemathesis.out").write_text(run.stdout + run.stderr)
