@@ -410,6 +410,7 @@ class JobService:
         group: str | None = None,
         pool: str | None = None,
         target: str | None = None,
+        worker: str | None = None,
         scope: Scope = EVERY,
     ) -> JobList:
         """One page of jobs, at a cost that grows with `offset + limit`, never with the
@@ -424,6 +425,7 @@ class JobService:
             group=group,
             pool=pool,
             target=target,
+            worker=worker,
             tenant=scope.query_tenant,
         )
         signed_for = f"{order.value}:{query}"

@@ -11,6 +11,7 @@ import logging
 import re
 import time
 from datetime import UTC, datetime
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,16 +25,26 @@ from rich.text import Text
 
 from worker.cli_common import (
     EXIT_CODES,
+    JsonOpt,
     _Command,
     _exit,
     _fail,
     _Group,
     _hub,
     _print_fields,
+    _print_json,
     _settings,
 )
+from worker.cli_fleet import workers
 from worker.cli_ops import ops_app
-from worker.cli_scheduling import group_app, pool_app, target_app
+from worker.cli_scheduling import (
+    group_app,
+    group_list,
+    pool_app,
+    pool_list,
+    target_app,
+    target_list,
+)
 from worker.cli_tokens import token_app
 from worker.hub_client import (
     HubClient,
@@ -44,16 +55,36 @@ from worker.hub_client import (
 )
 from workflows.errors import ErrorType
 from workflows.job_states import CANCELLED, COUNT_KINDS
-from workflows.models import ListOrder, Progress
+from workflows.models import Job, ListOrder, Progress
 
 app = typer.Typer(
     cls=_Group,
-    add_completion=False,
+    # `jobforge --install-completion` (bash, zsh, fish, PowerShell); docs/cli.md.
+    add_completion=True,
     no_args_is_help=True,
     help="jobforge: durable job dispatch on Temporal.",
     epilog=EXIT_CODES,
 )
 command = app.command
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"jobforge {package_version('jobforge')}")
+        _exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
 
 # How long the API keeps an idle connection open (API_KEEPALIVE_S), as common proxies
 # do: well above the expiry of its clients' pools (ours: hub_client.KEEPALIVE_EXPIRY_S),
@@ -343,13 +374,30 @@ def get(job_id: JobIdArg) -> None:
     _exit(0)
 
 
+# The `list` options named otherwise than the API's fields they set.
+LIST_OPTIONS = {"X-Tenant": "--tenant"}
+
+
 @command(name="list", cls=_Command)
 def list_jobs(
     status: Annotated[str | None, typer.Option(metavar="STATUS", help=STATUS_HELP)] = None,
     job_type: Annotated[
         str | None, typer.Option("--type", metavar="TYPE", help="Job type.")
     ] = None,
-    limit: Annotated[int, typer.Option(metavar="N", help="At most this many.")] = 50,
+    group: Annotated[str | None, typer.Option(metavar="NAME", help="Its group.")] = None,
+    pool: Annotated[str | None, typer.Option(metavar="NAME", help="Its pool.")] = None,
+    target: Annotated[
+        str | None, typer.Option(metavar="NAME", help="Its serial target (tenant/name too).")
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(metavar="NAME", help="Its tenant (an admin's token; sent as X-Tenant)."),
+    ] = None,
+    worker_id: Annotated[
+        str | None,
+        typer.Option("--worker", metavar="ID", help="The worker of its current or last attempt."),
+    ] = None,
+    limit: Annotated[int, typer.Option(metavar="N", min=1, help="At most this many.")] = 50,
     order: Annotated[
         ListOrder,
         typer.Option(
@@ -358,14 +406,23 @@ def list_jobs(
             "priority: highest first, then oldest (the claim order).",
         ),
     ] = ListOrder.RECENT,
+    as_json: JsonOpt = False,
 ) -> None:
-    """List jobs: id, status, type, priority, attempts."""
-    with _hub() as hub:
-        for job in hub.jobs(status, job_type, limit, order.value):
-            typer.echo(
-                f"{job['id']}  {status_label(job):<11} {job['type']:<16} "
-                f"p={job['priority']} attempts={job['attempts']}"
-            )
+    """List jobs: id, status, type, priority, attempts.
+
+    With --json: one JSON array of the jobs as the API answers them.
+    """
+    filters = {"group": group, "pool": pool, "target": target, "worker": worker_id}
+    with _hub(LIST_OPTIONS) as hub:
+        listed = hub.jobs(status, job_type, limit, order.value, filters=filters, tenant=tenant)
+    if as_json:
+        _print_json(listed)
+        _exit(0)
+    for job in listed:
+        typer.echo(
+            f"{job['id']}  {status_label(job):<11} {job['type']:<16} "
+            f"p={job['priority']} attempts={job['attempts']}"
+        )
     _exit(0)
 
 
@@ -414,10 +471,17 @@ STATUS_STYLES = {
 
 
 @command(cls=_Command)
-def show(job_id: JobIdArg) -> None:
-    """Print a job's detail, its transitions and its fail history."""
+def show(job_id: JobIdArg, as_json: JsonOpt = False) -> None:
+    """Print a job's detail, its transitions and its fail history.
+
+    With --json: the job as the API answers it, as `get` prints it.
+    """
     with _hub() as hub:
-        job = hub.job(job_id)
+        answer = hub.job_json(job_id)
+    if as_json:
+        _print_json(answer)
+        _exit(0)
+    job = Job.model_validate(answer)
     label = status_label(job.model_dump(mode="json"))
     console = Console(highlight=False)
     if job.solver_url:
@@ -498,12 +562,22 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream new lines until the attempt ends.")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print an attempt's output, a line each: `stdout| text` or `stderr| text`
     (`jobforge| text`: a note of jobforge's own, as where the log was cut). With
     --follow, then stream its new lines until the attempt ends, and say how it ended
-    on stderr."""
+    on stderr.
+
+    With --json (not with --follow): the API's page of the log,
+    `{job_id, attempt, lines: [{stream, text}], next_offset}`.
+    """
+    if as_json and follow:
+        _fail("--json prints the stored log once: give it without --follow", 2)
     with _hub() as hub:
+        if as_json:
+            _print_json(hub.logs(job_id, attempt))
+            _exit(0)
         if not follow:
             for line in hub.logs(job_id, attempt)["lines"]:
                 typer.echo(_log_line(line))
@@ -597,6 +671,12 @@ app.add_typer(pool_app, name="pool")
 app.add_typer(target_app, name="target")
 app.add_typer(ops_app, name="ops")
 app.add_typer(token_app, name="token")
+# A plural noun lists: `jobforge groups` is `jobforge group list` (docs/cli.md, "Command
+# pattern"). The fleet has only the plural: `jobforge worker` runs a worker.
+command("groups", cls=_Command)(group_list)
+command("pools", cls=_Command)(pool_list)
+command("targets", cls=_Command)(target_list)
+command("workers", cls=_Command)(workers)
 
 
 def main() -> None:

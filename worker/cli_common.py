@@ -4,10 +4,11 @@ help style, the exit-code scheme, the one-line errors and the REST client (docs/
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -115,6 +116,17 @@ def _hub(options: Mapping[str, str] | None = None) -> Iterator[HubClient]:
     except HubError as err:
         option = (options or {}).get(err.field or "")
         _fail(f"{err} (set by {option})" if option else str(err))
+
+
+# Every read command takes it (docs/cli.md, "Command pattern").
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the API's answer as JSON (one document), for jq.")
+]
+
+
+def _print_json(document: Any) -> None:
+    """One JSON document on stdout: the API's answer as it came."""
+    typer.echo(json.dumps(document, indent=2))
 
 
 def _print_fields(console: Console, rows: Iterable[tuple[str, str | Text]]) -> None:

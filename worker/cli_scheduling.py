@@ -4,8 +4,7 @@ registers them on the `jobforge` app."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any
 
 import typer
@@ -14,12 +13,14 @@ from rich.text import Text
 
 from worker.cli_common import (
     EXIT_CODES,
+    JsonOpt,
     _Command,
     _exit,
     _fail,
     _Group,
     _hub,
     _print_fields,
+    _print_json,
 )
 from worker.hub_client import HubError
 from workflows.job_states import COUNT_KINDS
@@ -37,7 +38,6 @@ target_app = _sub_app("Serial targets: one job at a time; a failure halts them."
 GroupArg = Annotated[str, typer.Argument(metavar="NAME", help="The group.")]
 PoolArg = Annotated[str, typer.Argument(metavar="NAME", help="The pool.")]
 TargetArg = Annotated[str, typer.Argument(metavar="NAME", help="The target (tenant/name too).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's object as JSON.")]
 
 
 def _counts(counts: Mapping[str, int]) -> str:
@@ -55,7 +55,7 @@ def _limit(group: Mapping[str, Any]) -> str:
 
 def _show(obj: Mapping[str, Any], as_json: bool, rows: Iterable[tuple[str, str | Text]]) -> None:
     if as_json:
-        typer.echo(json.dumps(obj, indent=2))
+        _print_json(obj)
     else:
         _print_fields(Console(highlight=False), rows)
     _exit(0)
@@ -69,13 +69,22 @@ def _group_line(group: Mapping[str, Any]) -> str:
     )
 
 
+def _list(listed: list[dict[str, Any]], as_json: bool, line: Callable[[Any], str]) -> None:
+    """A list command's output: the API's array as JSON, or a line per item."""
+    if as_json:
+        _print_json(listed)
+    else:
+        for item in listed:
+            typer.echo(line(item))
+    _exit(0)
+
+
 @group_app.command("list", cls=_Command)
-def group_list() -> None:
+def group_list(as_json: JsonOpt = False) -> None:
     """List groups: name, paused or active, limit, weight, job counts."""
     with _hub() as hub:
-        for group in hub.groups():
-            typer.echo(_group_line(group))
-    _exit(0)
+        groups = hub.groups()
+    _list(groups, as_json, _group_line)
 
 
 @group_app.command("show", cls=_Command)
@@ -180,12 +189,11 @@ def _pool_line(pool: Mapping[str, Any]) -> str:
 
 
 @pool_app.command("list", cls=_Command)
-def pool_list() -> None:
+def pool_list(as_json: JsonOpt = False) -> None:
     """List pools: name, capacity, cost units in use, pending and running jobs."""
     with _hub() as hub:
-        for pool in hub.pools():
-            typer.echo(_pool_line(pool))
-    _exit(0)
+        pools = hub.pools()
+    _list(pools, as_json, _pool_line)
 
 
 @pool_app.command("show", cls=_Command)
@@ -237,6 +245,22 @@ def pool_set(
 
 def _aging(step_s: float | None) -> str:
     return "none (priority is exact)" if step_s is None else f"a priority point per {step_s:g} s"
+
+
+def _target_line(target: Mapping[str, Any]) -> str:
+    halted = f"halted by {target.get('halted_by') or '—'}" if target.get("halted") else "open"
+    return (
+        f"{target['target']}  {halted}  running={target['running']} "
+        f"pending={target['pending']}  {_counts(target.get('counts') or {})}"
+    )
+
+
+@target_app.command("list", cls=_Command)
+def target_list(as_json: JsonOpt = False) -> None:
+    """List targets: name, open or halted (by which job), running, pending, counts."""
+    with _hub() as hub:
+        targets = hub.targets()
+    _list(targets, as_json, _target_line)
 
 
 @target_app.command("show", cls=_Command)

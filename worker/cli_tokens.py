@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from worker.cli_common import EXIT_CODES, _Command, _exit, _Group, _hub
+from worker.cli_common import EXIT_CODES, JsonOpt, _Command, _exit, _Group, _hub, _print_json
 from workflows.token_models import ROLES, Role
 
 token_app = typer.Typer(
@@ -50,15 +50,19 @@ def token_create(
 
 
 @token_app.command("list", cls=_Command)
-def token_list() -> None:
+def token_list(as_json: JsonOpt = False) -> None:
     """List tokens: id, role, tenant, name, created, last used (never a secret)."""
     with _hub() as hub:
-        for token in hub.tokens():
-            typer.echo(
-                f"{token['id']}  {token['role']:<8} {token['tenant'] or '-':<16} "
-                f"{token['name']}  created {_when(token['created_at'])}  "
-                f"last used {_when(token['last_used_at'])}"
-            )
+        tokens = hub.tokens()
+    if as_json:
+        _print_json(tokens)
+        _exit(0)
+    for token in tokens:
+        typer.echo(
+            f"{token['id']}  {token['role']:<8} {token['tenant'] or '-':<16} "
+            f"{token['name']}  created {_when(token['created_at'])}  "
+            f"last used {_when(token['last_used_at'])}"
+        )
     _exit(0)
 
 

@@ -188,24 +188,39 @@ class HubClient:
         return Job.model_validate(self.job_json(job_id))
 
     def jobs(
-        self, status: str | None, job_type: str | None, limit: int, order: str = "recent"
+        self,
+        status: str | None,
+        job_type: str | None,
+        limit: int,
+        order: str = "recent",
+        *,
+        filters: Mapping[str, str | None] | None = None,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]]:
         """GET /api/jobs, of one status if asked: a status, or `cancelled` (and `failed`
-        leaves the cancelled jobs out), as the counts name them. Up to `limit` jobs,
-        page after page (the API cuts a page at 500)."""
+        leaves the cancelled jobs out), as the counts name them; `filters` are the API's
+        other query filters (group, pool, target, worker; None: not asked), `tenant` an
+        admin's `X-Tenant`. Up to `limit` jobs, page after page (the API cuts a page at
+        500)."""
         query: dict[str, Any] = {"order": order}
         if status:
             query["status"] = status
         if job_type:
             query["type"] = job_type
-        return list(itertools.islice(self.job_pages(query, min(limit, LIST_PAGE)), limit))
+        query.update({key: value for key, value in (filters or {}).items() if value is not None})
+        pages = self.job_pages(query, min(limit, LIST_PAGE), tenant=tenant)
+        return list(itertools.islice(pages, limit))
 
-    def job_pages(self, query: dict[str, Any], page: int = LIST_PAGE) -> Iterator[dict[str, Any]]:
+    def job_pages(
+        self, query: dict[str, Any], page: int = LIST_PAGE, *, tenant: str | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Every job GET /api/jobs lists for `query` (its filters: status, type, pool,
-        group, target), `page` at a time, following `Next-Page-Token` to the end."""
+        group, target, worker), `page` at a time, following `Next-Page-Token` to the
+        end; of one `tenant` only when given (`X-Tenant`)."""
         params = {**query, "limit": page}
+        headers = {"X-Tenant": tenant} if tenant is not None else None
         while True:
-            response = self.call("GET", "/api/jobs", params=params)
+            response = self.call("GET", "/api/jobs", params=params, headers=headers)
             listed: list[dict[str, Any]] = response.json()
             yield from listed
             following = response.headers.get("Next-Page-Token")
@@ -326,6 +341,16 @@ class HubClient:
     def unlock_pool(self, name: str, owner: str) -> None:
         """DELETE /api/pools/{pool}/lock: give it back if `owner` holds it."""
         self.call("DELETE", _path("pools", name, "lock"), params={"owner": owner})
+
+    def targets(self) -> list[dict[str, Any]]:
+        """GET /api/targets."""
+        listed: list[dict[str, Any]] = self._json("GET", "/api/targets")
+        return listed
+
+    def workers(self) -> list[dict[str, Any]]:
+        """GET /api/workers: the fleet, with liveness and the jobs each holds now."""
+        listed: list[dict[str, Any]] = self._json("GET", "/api/workers")
+        return listed
 
     def target(self, name: str) -> dict[str, Any]:
         """GET /api/targets/{target}: `{target, halted, halted_by, running, pending}`."""

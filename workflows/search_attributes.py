@@ -94,10 +94,12 @@ def job_filter(
     group: str | None = None,
     pool: str | None = None,
     target: str | None = None,
+    worker: str | None = None,
     tenant: str | None = EVERY_TENANT,
 ) -> str:
     """A visibility query for jobs counted under `status` (or one of `statuses`; see
-    `kinds_clause`), of this type, group, pool and target (each optional), of one tenant
+    `kinds_clause`), of this type, group, pool, target and worker (the one holding, or
+    that last held, the current attempt; each optional), of one tenant
     (None: of no tenant; EVERY_TENANT, the default: of any). Values are the
     validated names of workflows/models.py, which never hold a quote."""
     clauses = [JOBS]
@@ -108,7 +110,8 @@ def job_filter(
     kinds = list(statuses)
     if kinds:
         clauses.append(kinds_clause(kinds))
-    for key, value in ((TYPE, job_type), (GROUP, group), (POOL, pool), (TARGET, target)):
+    named = ((TYPE, job_type), (GROUP, group), (POOL, pool), (TARGET, target), (WORKER, worker))
+    for key, value in named:
         if value is not None:
             clauses.append(f"{key.name} = '{value}'")
     return " AND ".join(clauses)

@@ -16,6 +16,7 @@ from workflows.models import (
     TARGET_PATTERN,
     TENANT_GATE_PATTERN,
     TYPE_PATTERN,
+    WORKER_ID_PATTERN,
     Job,
     JobSpec,
     ListOrder,
@@ -104,6 +105,10 @@ async def list_jobs(
     target: Annotated[
         str | None, Query(pattern=TARGET_PATTERN, description="Its serial target")
     ] = None,
+    worker: Annotated[
+        str | None,
+        Query(pattern=WORKER_ID_PATTERN, description="The worker of its current or last attempt"),
+    ] = None,
     limit: Annotated[
         int, Query(ge=1, description=f"Page size; above {LIST_LIMIT_MAX} it is cut to it")
     ] = 50,
@@ -118,8 +123,10 @@ async def list_jobs(
     `order=priority`: priority descending, then oldest first (the claim order), found
     with counts. Either costs O(offset + limit) whatever the number of jobs. `pool`,
     `group` and `target` narrow the list to the jobs submitted with that name (search
-    attributes set at submit, so no index beyond the listing's own is read). A tenant's
-    caller lists only its tenant's jobs."""
+    attributes set at submit, so no index beyond the listing's own is read); `worker`
+    to the jobs whose current or last attempt that worker holds or held (a search
+    attribute kept on every transition). A tenant's caller lists only its tenant's
+    jobs; an admin lists one tenant's with `X-Tenant`."""
     listed = await jobs.list_jobs(
         None,
         type,
@@ -131,6 +138,7 @@ async def list_jobs(
         group=group,
         pool=pool,
         target=target,
+        worker=worker,
         scope=scope,
     )
     if listed.next_page_token:
