@@ -113,7 +113,9 @@ def create_app(
             jobs=job_service,
             views=JobViews(client, settings.forge_ingest_secret, settings.metrics_cache_ms),
             bridge=Bridge(client, temporal, job_service, settings.hosts),
-            workers=WorkerDirectory(client, temporal, settings.heartbeat_timeout_s),
+            workers=WorkerDirectory(
+                client, temporal, settings.heartbeat_timeout_s, settings.worker_expire_s
+            ),
             feed=feed,
             gates=GateService(
                 client, temporal, gates, job_service.cancel, settings.metrics_cache_ms

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.hosts import HostSettings
@@ -37,6 +37,10 @@ class ApiSettings(BaseSettings):
     heartbeat_timeout_s: float = Field(
         default=60.0, gt=0, validation_alias="JOB_HEARTBEAT_TIMEOUT_S"
     )
+    # A worker not heard from this long leaves the fleet (GET /api/workers): its record
+    # is ended, and it registers again if it comes back. Ten times the default
+    # JOB_HEARTBEAT_TIMEOUT_S, after which it already reads dead.
+    worker_expire_s: float = Field(default=600.0, gt=0, validation_alias="WORKER_EXPIRE_S")
     # The task queues' `matching.priorityLevels`: each priority in priority_range(levels)
     # gets a Temporal priority key of its own (docs/api.md, "Priority").
     priority_levels: int = Field(
@@ -120,6 +124,16 @@ class ApiSettings(BaseSettings):
     @classmethod
     def _lists(cls, value: object) -> object:
         return split_list(value)
+
+    @model_validator(mode="after")
+    def _expire_after_dead(self) -> ApiSettings:
+        # A worker leaves the fleet only once it reads dead.
+        if self.worker_expire_s < self.heartbeat_timeout_s:
+            raise ValueError(
+                f"WORKER_EXPIRE_S ({self.worker_expire_s:g}) is below "
+                f"JOB_HEARTBEAT_TIMEOUT_S ({self.heartbeat_timeout_s:g})"
+            )
+        return self
 
     def gate_defaults(self) -> GateSettings:
         """The settings a new group, pool or target starts with."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 
@@ -10,7 +11,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
-from engine.directory import register_worker, worker_seen, worker_telemetry
+from engine.directory import end_worker_record, register_worker, worker_seen, worker_telemetry
 from workflows import search_attributes
 from workflows.host_models import HostInfo, WorkerNotFound
 from workflows.job_states import JobStatus
@@ -38,10 +39,17 @@ class WorkerView(WorkerInfo):
 class WorkerDirectory:
     """Registration, liveness and listing of workers."""
 
-    def __init__(self, client: Client, temporal: TemporalSettings, alive_after_s: float) -> None:
+    def __init__(
+        self,
+        client: Client,
+        temporal: TemporalSettings,
+        alive_after_s: float,
+        expire_after_s: float,
+    ) -> None:
         self._client = client
         self._temporal = temporal
         self._alive_after_ms = int(alive_after_s * 1000)
+        self._expire_after_ms = int(expire_after_s * 1000)
         self._last_seen: dict[str, float] = {}
 
     async def register(self, info: WorkerInfo) -> None:
@@ -74,7 +82,8 @@ class WorkerDirectory:
         self._last_seen[worker_id] = time.monotonic()
 
     async def list(self) -> list[WorkerView]:
-        """Every registered worker with liveness and the jobs it holds now."""
+        """Every registered worker with liveness and the jobs it holds now; one not heard
+        from for `expire_after_s` is left out and its record ended."""
         held: Counter[str] = Counter()
         busy = (
             f"{JOBS} AND {search_attributes.STATUS.name} IN "
@@ -86,6 +95,7 @@ class WorkerDirectory:
                 held[worker] += 1
         now = now_ms()
         views: list[WorkerView] = []
+        expired: list[str] = []
         async for execution in self._client.list_workflows(
             f"WorkflowType = '{WORKER_RECORD_WORKFLOW}' AND ExecutionStatus = 'Running'",
             limit=LIST_MAX,
@@ -95,6 +105,9 @@ class WorkerDirectory:
                 continue
             record = WorkerState.model_validate(memo[RECORD_MEMO])
             last = record.last_heartbeat
+            if now - (last or record.registered_at) > self._expire_after_ms:
+                expired.append(record.info.worker_id)
+                continue
             views.append(
                 WorkerView(
                     **record.info.model_dump(),
@@ -104,6 +117,14 @@ class WorkerDirectory:
                     active_jobs=held.get(record.info.worker_id, 0),
                     info=record.telemetry,
                 )
+            )
+        if expired:
+            # Ended here, so dead records do not pile up in every listing; best effort
+            # (another replica may have ended one first).
+            reason = f"not heard from for {self._expire_after_ms / 1000:g} s (WORKER_EXPIRE_S)"
+            await asyncio.gather(
+                *(end_worker_record(self._client, worker_id, reason) for worker_id in expired),
+                return_exceptions=True,
             )
         views.sort(key=lambda v: v.worker_id)
         return views

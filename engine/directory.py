@@ -66,6 +66,16 @@ async def register_worker(client: Client, temporal: TemporalSettings, info: Work
     )
 
 
+async def end_worker_record(client: Client, worker_id: str, reason: str) -> None:
+    """End a worker's record (it leaves the fleet; it registers again if it comes
+    back). One already ended, or none: nothing to do."""
+    try:
+        await client.get_workflow_handle(worker_workflow_id(worker_id)).terminate(reason=reason)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+
+
 async def worker_seen(client: Client, worker_id: str, ts: int) -> None:
     """Tell a worker's record it was heard from at `ts`."""
     await client.get_workflow_handle(worker_workflow_id(worker_id)).signal(

@@ -233,6 +233,10 @@ def test_the_fleet_shows_each_workers_host_telemetry_compactly(page: Page, api: 
     # Registered but no heartbeat with telemetry yet: no host line at all.
     expect(page.locator(f'#fleet-list .worker[data-worker-id="{quiet}"]')).to_be_visible()
     expect(page.locator(f'#fleet-list .worker[data-worker-id="{quiet}"] .host')).to_have_count(0)
+    # It reported neither cores nor memory: it says so, not a default of 1 core, 1 GB.
+    expect(page.locator(f'#fleet-list .worker[data-worker-id="{quiet}"]')).to_contain_text(
+        "agent · cores not reported · memory not reported · heartbeat"
+    )
     # The native session worker sends its own (read from /proc) with its heartbeat.
     native = page.locator('#fleet-list .worker[data-worker-id="session-worker"] .host')
     expect(native.locator('[data-field="version"]')).to_have_text("v0.1.0")

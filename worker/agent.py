@@ -26,6 +26,7 @@ from activities.container import WORKER_LABEL
 from engine.log_store import AttemptLog, split_lines
 from worker.host_telemetry import HostSampler
 from worker.hub_client import HubSettings, pool_limits
+from worker.node_identity import identified
 from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 from workflows.errors import ErrorType, Failure
 from workflows.models import AttemptResult, ClaimedJob, Progress
@@ -533,4 +534,6 @@ async def serve(
 
     stop = asyncio.Event()
     install_stop_handlers(stop)
-    await Agent(settings, solver, containers).run(stop)
+    with identified(settings.worker, solver.cache_dir) as worker:
+        settings = settings.model_copy(update={"worker": worker})
+        await Agent(settings, solver, containers).run(stop)

@@ -22,6 +22,7 @@ from engine.hosts import HostSettings
 from engine.log_store import LogSettings
 from engine.tracing import start_tracing
 from worker.host_telemetry import HostSampler
+from worker.node_identity import identified
 from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 from workflows.errors import HostNotAvailable
 from workflows.gate_workflow import GateWorkflow
@@ -315,7 +316,8 @@ async def serve(
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
     start_tracing("jobforge-worker")
     hosts = HostSettings()
-    if not hosts.allows_worker(settings.node_id, settings.host):
-        raise SystemExit(HostNotAvailable(settings.node_id, settings.host).message)
-    client = await connect(temporal, identity=settings.node_id, runtime=runtime)
-    await NativeWorker(client, temporal, settings, solver, containers, hosts).run(stop)
+    with identified(settings, solver.cache_dir) as settings:
+        if not hosts.allows_worker(settings.node_id, settings.host):
+            raise SystemExit(HostNotAvailable(settings.node_id, settings.host).message)
+        client = await connect(temporal, identity=settings.node_id, runtime=runtime)
+        await NativeWorker(client, temporal, settings, solver, containers, hosts).run(stop)

@@ -23,10 +23,6 @@ from workflows.container_models import split_list
 from workflows.models import HOST_PATTERN, TENANT_PATTERN, TYPE_PATTERN
 
 
-def _default_node_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
 def _physical_ram_gb() -> float:
     return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
 
@@ -105,10 +101,9 @@ class WorkerSettings(BaseSettings):
     progress_publish_ms: int = Field(
         default=1000, ge=100, le=60_000, validation_alias="PROGRESS_PUBLISH_MS"
     )
-    node_id: str = Field(
-        default_factory=_default_node_id,
-        validation_alias="NODE_ID",
-    )
+    # NODE_ID. Unset: `<WORKER_HOST>-<hash of SOLVER_CACHE_DIR>`, the same on every
+    # restart, with `-2`, `-3`… for more processes at once (worker/node_identity.py).
+    node_id: str = Field(default="", validation_alias="NODE_ID")
     # With CONTAINER_RUNTIME set: the types whose container jobs it runs (empty: every
     # type it serves).
     container_types: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -644,9 +644,10 @@ class WorkerInfo(BaseModel):
 
     worker_id: Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
     name: Annotated[str | None, Field(max_length=200)] = None
-    # Strict, as in JobSpec: a JSON `false` or `"4"` is a mistake.
-    cores: Annotated[int, Field(strict=True, ge=1, le=4096)] = 1
-    ram_gb: Annotated[float, Field(strict=True, ge=0, le=1_000_000)] = 1.0
+    # Strict, as in JobSpec: a JSON `false` or `"4"` is a mistake. None: not reported
+    # (a 003 agent reports neither), shown as such rather than as a made-up default.
+    cores: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = None
+    ram_gb: Annotated[float, Field(strict=True, ge=0, le=1_000_000)] | None = None
     tags: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)] = Field(
         default_factory=list
     )

@@ -1310,7 +1310,7 @@ async function loadFleet() {
         h("span", { class: "chip small active-jobs", "data-count": w.active_jobs },
           `${w.active_jobs} active`),
         h("span", { class: "muted small" },
-          `${w.kind} · ${w.cores} ${w.cores === 1 ? "core" : "cores"} · ${w.ram_gb} GB · heartbeat ${ago(w.last_heartbeat)}`),
+          `${w.kind} · ${w.cores == null ? "cores not reported" : `${w.cores} ${w.cores === 1 ? "core" : "cores"}`} · ${w.ram_gb == null ? "memory not reported" : `${w.ram_gb} GB`} · heartbeat ${ago(w.last_heartbeat)}`),
         hostLine(w.info),
         w.tags.length > 0 && h("span", { class: "tags" }, w.tags.map((t) => h("code", {}, t))),
       ),
