@@ -201,3 +201,20 @@ def test_logs_json_with_follow_is_refused_before_any_call() -> None:
 
     assert result.returncode == 2
     assert "--follow" in one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("lsit",), "error: No such command 'lsit'. Did you mean 'list'"),
+        (("group", "shw", "x"), "error: No such command 'shw'. Did you mean 'show'?"),
+        (("--nope",), "error: No such option: --nope"),
+        (("list", "--nope"), "error: No such option: --nope"),
+        (("pool", "set", "x"), "error: Missing option '--capacity'."),
+    ],
+)
+def test_a_usage_mistake_is_one_line_naming_it_exit_2(args: tuple[str, ...], expected: str) -> None:
+    result = jobforge("http://127.0.0.1:9", *args)
+
+    assert result.returncode == 2
+    assert one_error_line(result).startswith(expected)

@@ -67,10 +67,24 @@ class _Command(TyperCommand):
 
 
 class _Group(TyperGroup):
-    """The command group, with the same help style."""
+    """The command group, with the same help style, and the same one line (exit 2) for
+    an unknown command or option."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _plain(super().get_params(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            parsed: list[str] = super().parse_args(ctx, args)
+        except USAGE_ERROR as err:
+            _fail(f"{err.format_message()} ({ctx.command_path} --help lists them)", 2)
+        return parsed
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except USAGE_ERROR as err:
+            _fail(f"{err.format_message()} ({ctx.command_path} --help lists them)", 2)
 
 
 # One scheme for every command (docs/cli.md); an error is one line on stderr.
