@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         JobInput,
         Wait,
         WaitingFor,
+        as_fired,
         events_memo,
         gate_deadline,
         pending_job,
@@ -137,8 +138,7 @@ class JobWorkflow:
     def __init__(self, inp: JobInput) -> None:
         if inp.from_schedule:
             info = workflow.info()
-            started = int(info.workflow_start_time.timestamp() * 1000)
-            inp = inp.model_copy(update={"id": info.workflow_id, "created_at": started})
+            inp = as_fired(inp, info.workflow_id, int(info.workflow_start_time.timestamp() * 1000))
         self._job = pending_job(inp) if inp.resumed is None else inp.resumed.model_copy(deep=True)
         # The job's status changes, checked against the one table (workflows/job_states.py).
         self._machine = JobMachine(self._job)

@@ -587,6 +587,12 @@ class JobInput(BaseModel):
     from_schedule: bool = False
 
 
+def as_fired(inp: JobInput, workflow_id: str, started_at: int) -> JobInput:
+    """A schedule's input (`from_schedule`) as one firing's: the job's id is its
+    workflow's, and it was created when its workflow started (epoch ms)."""
+    return inp.model_copy(update={"id": workflow_id, "created_at": started_at})
+
+
 def pending_job(inp: JobInput) -> Job:
     """A just-submitted job: what the workflow starts from and the API answers with."""
     return Job(

@@ -1,0 +1,303 @@
+"""Recurring jobs, process level (docs/scheduling.md, "Recurring jobs"): Temporal
+Schedules on the session's dev server that fire jobs through the real API and worker."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.harness import wait_until
+from tests.conftest import REGISTERED_TYPE, Api
+
+pytestmark = pytest.mark.usefixtures("session_worker")
+
+JAN_1 = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
+
+
+def ok(response: httpx.Response, code: int = 200) -> Any:
+    assert response.status_code == code, response.text
+    return response.json() if response.content else None
+
+
+@pytest.fixture
+def schedule_id() -> str:
+    return f"s-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def make_schedule(api: Api) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Factory: POST /api/schedules (201); every schedule made is deleted after the test,
+    so none fires on into the session's other tests."""
+    made: list[str] = []
+
+    def make(http: httpx.Client | None = None, **body: Any) -> dict[str, Any]:
+        answer = (http or api.http).post("/api/schedules", json=body)
+        made.append(body["id"])
+        created: dict[str, Any] = ok(answer, 201)
+        return created
+
+    yield make
+    for schedule_id in made:
+        api.http.delete(f"/api/schedules/{schedule_id}")
+
+
+def schedule(api: Api, schedule_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = ok(api.http.get(f"/api/schedules/{schedule_id}"))
+    return found
+
+
+def jobs_of(api: Api, job_type: str) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = ok(api.http.get("/api/jobs", params={"type": job_type}))
+    return listed
+
+
+def fired_at_least(api: Api, schedule_id: str, count: int) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        found = schedule(api, schedule_id)
+        return found if found["fired"] >= count else None
+
+    found: dict[str, Any] = wait_until(reached, timeout=60, what=f"{count} firings")
+    return found
+
+
+def listed_jobs(api: Api, job_type: str, count: int) -> list[dict[str, Any]]:
+    """The jobs of a type, once visibility lists `count` of them."""
+    found: list[dict[str, Any]] = wait_until(
+        lambda: (jobs := jobs_of(api, job_type)) and len(jobs) >= count and jobs,
+        timeout=30,
+        what=f"{count} jobs of {job_type}",
+    )
+    return found
+
+
+def test_a_schedule_every_2_s_fires_normal_jobs_of_its_spec(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str, job_type: str
+) -> None:
+    # No worker serves the type: each firing's job stays pending, so allow_all lets the
+    # schedule go on firing.
+    created = make_schedule(
+        id=schedule_id,
+        interval=2,
+        overlap="allow_all",
+        job={"type": job_type, "priority": 7, "params": {"n": 1}, "tenant": "acme"},
+    )
+    assert (created["interval"], created["cron"], created["overlap"]) == (2, None, "allow_all")
+    assert created["paused"] is False
+    assert created["next_firings"]
+    times = created["next_firings"]
+    assert all(b - a == 2000 for a, b in itertools.pairwise(times))
+
+    fired_at_least(api, schedule_id, 2)
+    jobs = listed_jobs(api, job_type, 2)
+    for job in jobs:
+        assert job["id"].startswith(f"{schedule_id}-")
+        assert (job["type"], job["priority"], job["tenant"]) == (job_type, 7, "acme")
+        assert (job["status"], job["params"]) == ("pending", {"n": 1})
+        one = api.job(job["id"])  # the firing's id reads as a job's
+        assert (one["id"], one["created_at"]) == (job["id"], job["created_at"])
+        assert one["transitions"][0]["by"] == f"schedule {schedule_id}"
+    # Each was created when it fired, not when the schedule was made.
+    assert len({job["created_at"] for job in jobs}) == len(jobs)
+    # The visibility row is the job's own, by its search attributes, as a submitted one's.
+    listed = ok(api.http.get("/api/jobs", params={"type": job_type, "status": "pending"}))
+    assert {job["id"] for job in jobs} <= {job["id"] for job in listed}
+    found = schedule(api, schedule_id)
+    assert {firing["job_id"] for firing in found["recent"]} >= {job["id"] for job in jobs}
+    assert {firing["status"] for firing in found["recent"] if firing["status"]} == {"pending"}
+
+
+def test_a_fired_job_runs_to_completion_on_a_worker(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str
+) -> None:
+    make_schedule(id=schedule_id, cron="0 0 1 1 *", paused=True, job={"type": REGISTERED_TYPE})
+    assert schedule(api, schedule_id)["fired"] == 0
+    ok(api.http.post(f"/api/schedules/{schedule_id}/trigger"))
+    firing = fired_at_least(api, schedule_id, 1)["recent"][0]
+    job = api.wait_status(firing["job_id"], "completed")
+    assert job["result"]["registered"] is True
+    assert job["created_at"] >= firing["started_at"] - 1000
+
+
+def test_a_paused_schedule_fires_nothing_until_resumed(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str, job_type: str
+) -> None:
+    make_schedule(id=schedule_id, interval=2, overlap="allow_all", job={"type": job_type})
+    fired_at_least(api, schedule_id, 1)
+    paused = ok(api.http.post(f"/api/schedules/{schedule_id}/pause"))
+    assert paused["paused"] is True
+    count = paused["fired"]
+    # Quiet over two of the schedule's own times: the next two it had when paused (a
+    # paused schedule's describe keeps them), and a second's slack for its timer. The
+    # dev server runs on this machine's clock. Every look in between sees no firing.
+    due = paused["next_firings"][1] + 1000
+
+    def passed_two_times() -> dict[str, Any] | None:
+        found = schedule(api, schedule_id)
+        assert found["fired"] == count, found
+        return found if time.time() * 1000 > due else None
+
+    wait_until(passed_two_times, timeout=30, what="two times of the schedule to pass")
+    assert len(listed_jobs(api, job_type, count)) == count
+
+    resumed = ok(api.http.post(f"/api/schedules/{schedule_id}/resume"))
+    assert resumed["paused"] is False
+    assert resumed["fired"] == count  # the times passed while paused did not fire
+    fired_at_least(api, schedule_id, count + 1)
+    listed_jobs(api, job_type, count + 1)
+
+
+def test_overlap_skip_fires_nothing_while_the_last_job_is_open(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str, job_type: str
+) -> None:
+    # Nobody claims the first job: it stays pending, so every later time is skipped.
+    make_schedule(id=schedule_id, interval=2, overlap="skip", job={"type": job_type})
+
+    def skipped_twice() -> dict[str, Any] | None:
+        found = schedule(api, schedule_id)
+        return found if found["skipped_overlap"] >= 2 else None
+
+    found = wait_until(skipped_twice, timeout=60, what="two skipped firings")
+    assert found["fired"] == 1
+    (only,) = found["recent"]
+    assert found["running"] == [only["job_id"]]
+    assert [job["id"] for job in listed_jobs(api, job_type, 1)] == [only["job_id"]]
+
+
+def test_a_backfill_of_a_minute_fires_each_10_s_time_in_it_both_ends_included(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str, job_type: str
+) -> None:
+    make_schedule(
+        id=schedule_id, interval=10, paused=True, overlap="allow_all", job={"type": job_type}
+    )
+    done = ok(
+        api.http.post(
+            f"/api/schedules/{schedule_id}/backfill",
+            json={"start": "2026-01-01T00:00:00Z", "end": JAN_1 + 60_000},
+        )
+    )
+    assert done["paused"] is True  # a backfill fires a paused schedule too
+    jobs = listed_jobs(api, job_type, 7)
+    times = [f"2026-01-01T00:0{s // 60}:{s % 60:02d}Z" for s in range(0, 61, 10)]
+    assert sorted(job["id"] for job in jobs) == [f"{schedule_id}-{t}" for t in times]
+    assert fired_at_least(api, schedule_id, 7)["fired"] == 7
+
+
+def test_a_schedule_can_be_changed_listed_and_deleted(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str, job_type: str
+) -> None:
+    make_schedule(id=schedule_id, cron="0 3 * * *", paused=True, job={"type": job_type})
+    changed = ok(
+        api.http.patch(
+            f"/api/schedules/{schedule_id}",
+            json={
+                "interval": 3600,
+                "overlap": "buffer_one",
+                "note": "hourly",
+                "job": {"type": job_type, "priority": 3},
+            },
+        )
+    )
+    assert (changed["cron"], changed["interval"], changed["overlap"]) == (None, 3600, "buffer_one")
+    assert (changed["note"], changed["job"]["priority"], changed["paused"]) == ("hourly", 3, True)
+    wait_until(
+        lambda: schedule_id in [s["id"] for s in ok(api.http.get("/api/schedules"))],
+        timeout=30,
+        what="the schedule listed",
+    )
+    ok(api.http.delete(f"/api/schedules/{schedule_id}"), 204)
+    assert api.http.get(f"/api/schedules/{schedule_id}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"cron": "* * * * *", "interval": 5}, "cron"),
+        ({}, "cron"),
+        ({"interval": 5, "overlap": "sometimes"}, "overlap"),
+        ({"interval": 0}, "interval"),
+        ({"cron": "not a cron"}, "cron"),
+        ({"interval": 5, "job": {"type": "no spaces please"}}, "job.type"),
+        ({"interval": 5, "job": {"type": "t", "priority": "high"}}, "job.priority"),
+        (
+            {"interval": 5, "job": {"type": "t", "deadline_at": 4_102_444_800_000}},
+            "job.deadline_at",
+        ),
+        ({"interval": 5, "job": {"type": "t", "tenant": "a", "group": "b/g"}}, "job.group"),
+        ({"interval": 5, "job": None}, "job"),
+        ({"interval": 5, "catchup_window_s": 3}, "catchup_window_s"),
+    ],
+)
+def test_a_bad_schedule_is_a_422_naming_the_field(
+    api: Api, schedule_id: str, body: dict[str, Any], field: str
+) -> None:
+    sent = {"id": schedule_id, "job": {"type": "t"}, **body}
+    answer = api.http.post("/api/schedules", json=sent)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"].startswith(field), answer.text
+    assert api.http.get(f"/api/schedules/{schedule_id}").status_code == 404
+
+
+def test_a_second_schedule_of_the_same_id_is_a_409(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str
+) -> None:
+    make_schedule(id=schedule_id, interval=60, paused=True, job={"type": "t"})
+    answer = api.http.post(
+        "/api/schedules", json={"id": schedule_id, "interval": 30, "job": {"type": "t"}}
+    )
+    assert answer.status_code == 409, answer.text
+    assert schedule(api, schedule_id)["interval"] == 60
+
+
+def test_a_tenants_schedule_is_its_own(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str, job_type: str
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    acme, bravo = f"acme-{tag}", f"bravo-{tag}"
+
+    def client(tenant: str) -> httpx.Client:
+        body = {"name": f"p-{tenant}", "role": "producer", "tenant": tenant}
+        token = ok(api.http.post("/api/tokens", json=body), 201)["token"]
+        return httpx.Client(
+            base_url=api.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    with client(acme) as owner, client(bravo) as other:
+        created = make_schedule(
+            owner, id=schedule_id, interval=3600, paused=True, job={"type": job_type}
+        )
+        assert (created["tenant"], created["job"]["tenant"]) == (acme, acme)
+        refused = owner.post(
+            "/api/schedules",
+            json={"id": f"{schedule_id}-x", "interval": 60, "job": {"type": "t", "group": "g"}},
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"].startswith("job.group")
+        for method, path in [
+            ("GET", ""),
+            ("PATCH", ""),
+            ("POST", "/pause"),
+            ("POST", "/trigger"),
+            ("DELETE", ""),
+        ]:
+            answer = other.request(
+                method, f"/api/schedules/{schedule_id}{path}", json={} if method != "GET" else None
+            )
+            assert answer.status_code == 404, (method, path, answer.text)
+        wait_until(
+            lambda: [s["id"] for s in ok(owner.get("/api/schedules"))] == [schedule_id],
+            timeout=30,
+            what="acme's schedule listed to acme",
+        )
+        assert ok(other.get("/api/schedules")) == []
+        ok(owner.post(f"/api/schedules/{schedule_id}/trigger"))
+        (job,) = listed_jobs(api, job_type, 1)
+        assert job["tenant"] == acme
+        assert job["id"] in {j["id"] for j in ok(owner.get("/api/jobs", params={"type": job_type}))}
+        assert ok(other.get("/api/jobs", params={"type": job_type})) == []
