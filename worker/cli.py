@@ -33,6 +33,7 @@ from worker.cli_common import (
     _settings,
 )
 from worker.cli_ops import ops_app
+from worker.cli_schedules import schedule_app
 from worker.cli_scheduling import group_app, pool_app, target_app
 from worker.cli_tokens import token_app
 from worker.hub_client import (
@@ -595,6 +596,7 @@ def watch(
 app.add_typer(group_app, name="group")
 app.add_typer(pool_app, name="pool")
 app.add_typer(target_app, name="target")
+app.add_typer(schedule_app, name="schedule")
 app.add_typer(ops_app, name="ops")
 app.add_typer(token_app, name="token")
 
