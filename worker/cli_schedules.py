@@ -78,6 +78,11 @@ def _job(text: str) -> dict[str, Any]:
     return job
 
 
+def _given(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A job spec without its empty fields (null, false, {}): what was given, mostly."""
+    return {key: value for key, value in job.items() if value not in (None, False, {})}
+
+
 def _at(value: str) -> int | str:
     return int(value) if EPOCH_MS.fullmatch(value.strip()) else value
 
@@ -152,7 +157,7 @@ def schedule_show(schedule_id: IdArg, as_json: JsonOpt = False) -> None:
             ("Paused", Text("yes", style="yellow") if schedule["paused"] else "no"),
             ("Overlap", str(schedule["overlap"])),
             ("Catch-up", "default (1 year)" if window is None else f"{window} s"),
-            ("Job", json.dumps(schedule["job"], separators=(",", ":"))),
+            ("Job", json.dumps(_given(schedule["job"]), separators=(",", ":"))),
             ("Next", ", ".join(_time(ms) for ms in schedule["next_firings"][:3]) or "-"),
             ("Fired", f"{schedule['fired']} (skipped {schedule['skipped_overlap']})"),
             ("Recent", "; ".join(recent[-5:]) or "-"),
