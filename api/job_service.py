@@ -234,18 +234,20 @@ class JobService:
 
     async def fired_input(
         self, schedule_id: str, spec: JobSpec, created: int
-    ) -> tuple[JobInput, TypedSearchAttributes, dict[str, Any]]:
+    ) -> tuple[JobInput, TypedSearchAttributes]:
         """What a schedule starts at each firing, checked as `submit` checks a job (422
-        naming `job.<field>`): the workflow's input, search attributes and memo as
-        `submit` makes them. The job asks its gates itself (nothing is admitted before
-        the firing), and takes its id and creation time from its workflow."""
+        naming `job.<field>`): the workflow's input and search attributes as `submit`
+        makes them. The job asks its gates itself (nothing is admitted before the
+        firing), and takes its id and creation time from its workflow. It starts with
+        no events memo: its first task writes it with the job's own id and time, so the
+        event stream and the job pages never see a transition stamped otherwise."""
         queues = await self.check(spec, prefix="job.")
         inp = self._job_input(
             schedule_id, spec, created, queues, Admitted(), by=f"schedule {schedule_id}"
         )
         inp.from_schedule = True
         await self._register_type(spec.type)
-        return inp, self._search_attributes(inp), {EVENTS_MEMO: events_memo(pending_job(inp))}
+        return inp, self._search_attributes(inp)
 
     def _job_input(
         self,

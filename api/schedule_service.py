@@ -118,8 +118,8 @@ class ScheduleService:
     ) -> ScheduleActionStartWorkflow:
         """The start of one firing's job, as `submit` would start it."""
         _recurring(spec)
-        inp, attributes, memo = await self._jobs.fired_input(schedule_id, spec, now_ms())
-        memo[SCHEDULE_MEMO] = {"id": schedule_id, "cron": cron, "interval": interval}
+        inp, attributes = await self._jobs.fired_input(schedule_id, spec, now_ms())
+        memo = {SCHEDULE_MEMO: {"id": schedule_id, "cron": cron, "interval": interval}}
         return ScheduleActionStartWorkflow(
             JOB_WORKFLOW,
             inp,

@@ -33,8 +33,8 @@ from workflows import search_attributes
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_states import JobStatus
 from workflows.job_workflow import JobWorkflow
-from workflows.models import EventsMemo, JobInput, JobSpec, events_memo, pending_job
-from workflows.names import EVENTS_MEMO
+from workflows.models import EventsMemo, JobInput, JobSpec
+from workflows.names import EVENTS_MEMO, SCHEDULE_MEMO
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
@@ -68,7 +68,7 @@ async def scheduled(harness: Harness) -> AsyncIterator[ScheduleHandle]:
         typed_search_attributes=search_attributes.at_submit(
             spec.type, spec.priority, inp.created_at
         ),
-        memo={EVENTS_MEMO: events_memo(pending_job(inp))},
+        memo={SCHEDULE_MEMO: {"id": schedule_id, "cron": "0 0 1 1 *", "interval": None}},
     )
     handle = await harness.client.create_schedule(
         schedule_id,

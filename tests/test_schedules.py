@@ -13,8 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from api.event_feed import EventKey
 from bench.harness import wait_until
-from tests.conftest import REGISTERED_TYPE, Api
+from tests.conftest import REGISTERED_TYPE, Api, Solver
+from tests.helpers import Collector
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
@@ -301,3 +303,43 @@ def test_a_tenants_schedule_is_its_own(
         assert job["tenant"] == acme
         assert job["id"] in {j["id"] for j in ok(owner.get("/api/jobs", params={"type": job_type}))}
         assert ok(other.get("/api/jobs", params={"type": job_type})) == []
+
+
+def test_a_fired_jobs_events_stream_and_resume_after_its_own_event_id(
+    api: Api,
+    make_schedule: Callable[..., dict[str, Any]],
+    schedule_id: str,
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+) -> None:
+    solver = make_solver('print("{}")\n')
+    url = f"{api.url}/api/jobs/events"
+    first = Collector(url, {"type": job_type}, lambda events: len(events) >= 4)
+    thread = first.run(deadline_s=60)
+    assert first.connected.wait(15)
+    make_schedule(id=schedule_id, cron="0 0 1 1 *", paused=True, job=solver.spec(job_type))
+    ok(api.http.post(f"/api/schedules/{schedule_id}/trigger"))
+    thread.join(70)
+    assert first.error is None, first.error
+    job_id = first.events[0].job_id
+    assert job_id.startswith(f"{schedule_id}-")
+    assert [e.event for e in first.events] == [
+        "job:created",
+        "job:assigned",
+        "job:running",
+        "job:completed",
+    ]
+    # An event id holds the job's id, '-' and ':' in it: a resume after the first event
+    # brings the three after it, and nothing else.
+    second = Collector(
+        url, {"type": job_type}, lambda events: len(events) >= 3, last_event_id=first.events[0].id
+    )
+    second.run(deadline_s=60).join(70)
+    assert second.error is None, second.error
+    assert [e.id for e in second.events] == [e.id for e in first.events[1:]]
+
+
+def test_an_event_id_of_a_fired_job_parses_back_to_its_key() -> None:
+    key = EventKey(1_767_225_600_000, "nightly-2026-01-01T00:00:00Z", 3)
+    assert EventKey.parse(key.encode()) == key
+    assert EventKey.parse("12-abc-x") is None
