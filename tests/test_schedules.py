@@ -15,7 +15,7 @@ import pytest
 
 from api.event_feed import EventKey
 from bench.harness import wait_until
-from tests.conftest import REGISTERED_TYPE, Api, Solver
+from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack
 from tests.helpers import Collector
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -343,3 +343,45 @@ def test_an_event_id_of_a_fired_job_parses_back_to_its_key() -> None:
     key = EventKey(1_767_225_600_000, "nightly-2026-01-01T00:00:00Z", 3)
     assert EventKey.parse(key.encode()) == key
     assert EventKey.parse("12-abc-x") is None
+
+
+def test_firings_while_no_worker_is_up_are_kept_and_run_once_one_is(
+    start_stack: Callable[..., Stack], job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    stack = start_stack()
+    api = stack.api
+    stack.procs[1].kill()  # its only workflow worker: nothing runs any job's workflow
+    solver = make_solver('print("{}")\n')
+    schedule_id = f"s-{uuid.uuid4().hex[:10]}"
+    body = {"id": schedule_id, "interval": 2, "overlap": "allow_all", "job": solver.spec(job_type)}
+    ok(api.http.post("/api/schedules", json=body), 201)
+    try:
+        fired_at_least(api, schedule_id, 2)
+        paused = ok(api.http.post(f"/api/schedules/{schedule_id}/pause"))
+        # Temporal started each firing's workflow with no worker to run it.
+        assert len(paused["recent"]) == paused["fired"] >= 2
+        stack.worker(job_type, f"{schedule_id}-back", WORKER_RUN_WORKFLOWS="true")
+        for firing in paused["recent"]:
+            api.wait_status(firing["job_id"], "completed", timeout=60)
+    finally:
+        api.http.delete(f"/api/schedules/{schedule_id}")
+
+
+def test_a_fired_job_passes_its_group_as_a_submitted_one_does(
+    api: Api, make_schedule: Callable[..., dict[str, Any]], schedule_id: str
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    ok(api.http.post(f"/api/groups/{group}/pause"))
+    make_schedule(
+        id=schedule_id, cron="0 0 1 1 *", paused=True, job={"type": REGISTERED_TYPE, "group": group}
+    )
+    ok(api.http.post(f"/api/schedules/{schedule_id}/trigger"))
+    job_id = fired_at_least(api, schedule_id, 1)["recent"][0]["job_id"]
+    held = wait_until(
+        lambda: (job := api.job(job_id))["waiting_for"] == "group_paused" and job,
+        timeout=30,
+        what="the job held by its paused group",
+    )
+    assert held["status"] == "pending"
+    ok(api.http.post(f"/api/groups/{group}/resume"))
+    assert api.wait_status(job_id, "completed")["group"] == group
