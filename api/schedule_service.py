@@ -70,6 +70,8 @@ OVERLAP_NAME: dict[ScheduleOverlapPolicy, Overlap] = {v: k for k, v in OVERLAP.i
 # Schedules a list reads at most (each is one describe).
 LIST_MAX = 200
 DESCRIBES_AT_ONCE = 8
+# The notes a pause or resume writes (a schedule's own note is kept).
+OWN_NOTES = ("paused by ", "resumed by ")
 # A job spec's fields that hold a fixed time: a schedule fires at many times.
 FIXED_TIMES = ("earliest_start_at", "deadline_at", "urgent_at")
 
@@ -222,13 +224,19 @@ class ScheduleService:
         await self._describe(schedule_id, scope)
         await self._call(schedule_id, lambda handle: handle.delete())
 
-    async def pause(self, schedule_id: str, scope: Scope, *, paused: bool) -> ScheduleView:
-        """Pause (no firing until resumed) or resume a schedule."""
-        await self._describe(schedule_id, scope)
+    async def pause(
+        self, schedule_id: str, scope: Scope, *, paused: bool, by: str | None = None
+    ) -> ScheduleView:
+        """Pause (no firing until resumed) or resume a schedule. Temporal sets the note
+        with either: a note someone wrote stays, else it says who did it."""
+        desc = await self._describe(schedule_id, scope)
+        note = desc.schedule.state.note or ""
+        if not note or note.startswith(OWN_NOTES):
+            note = f"{'paused' if paused else 'resumed'} by {by or 'the API'}"
         if paused:
-            await self._call(schedule_id, lambda handle: handle.pause(note="paused"))
+            await self._call(schedule_id, lambda handle: handle.pause(note=note))
         else:
-            await self._call(schedule_id, lambda handle: handle.unpause(note="resumed"))
+            await self._call(schedule_id, lambda handle: handle.unpause(note=note))
         return await self.get(schedule_id, scope)
 
     async def trigger(self, schedule_id: str, scope: Scope) -> ScheduleView:

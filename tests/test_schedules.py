@@ -133,7 +133,7 @@ def test_a_paused_schedule_fires_nothing_until_resumed(
     make_schedule(id=schedule_id, interval=2, overlap="allow_all", job={"type": job_type})
     fired_at_least(api, schedule_id, 1)
     paused = ok(api.http.post(f"/api/schedules/{schedule_id}/pause"))
-    assert paused["paused"] is True
+    assert (paused["paused"], paused["note"]) == (True, "paused by bootstrap")
     count = paused["fired"]
     # Quiet over two of the schedule's own times: the next two it had when paused (a
     # paused schedule's describe keeps them), and a second's slack for its timer. The
@@ -149,7 +149,7 @@ def test_a_paused_schedule_fires_nothing_until_resumed(
     assert len(listed_jobs(api, job_type, count)) == count
 
     resumed = ok(api.http.post(f"/api/schedules/{schedule_id}/resume"))
-    assert resumed["paused"] is False
+    assert (resumed["paused"], resumed["note"]) == (False, "resumed by bootstrap")
     assert resumed["fired"] == count  # the times passed while paused did not fire
     fired_at_least(api, schedule_id, count + 1)
     listed_jobs(api, job_type, count + 1)
@@ -208,6 +208,8 @@ def test_a_schedule_can_be_changed_listed_and_deleted(
     )
     assert (changed["cron"], changed["interval"], changed["overlap"]) == (None, 3600, "buffer_one")
     assert (changed["note"], changed["job"]["priority"], changed["paused"]) == ("hourly", 3, True)
+    resumed = ok(api.http.post(f"/api/schedules/{schedule_id}/resume"))
+    assert (resumed["paused"], resumed["note"]) == (False, "hourly")  # its own note stays
     wait_until(
         lambda: schedule_id in [s["id"] for s in ok(api.http.get("/api/schedules"))],
         timeout=30,

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
+from api.auth import ByDep
 from api.deps import Authorized, SchedulesDep, ScopeDep
 from workflows.schedule_models import (
     SCHEDULE_ID_PATTERN,
@@ -71,18 +72,19 @@ async def delete_schedule(
 
 @router.post("/{schedule_id}/pause", response_model=Schedule)
 async def pause_schedule(
-    schedule_id: ScheduleId, schedules: SchedulesDep, scope: ScopeDep
+    schedule_id: ScheduleId, schedules: SchedulesDep, scope: ScopeDep, by: ByDep
 ) -> Schedule:
-    """Pause: no firing until resumed (a trigger or backfill still fires)."""
-    return await schedules.pause(schedule_id, scope, paused=True)
+    """Pause: no firing until resumed (a trigger or backfill still fires). Without a
+    note of its own, the schedule's note says who paused it."""
+    return await schedules.pause(schedule_id, scope, paused=True, by=by)
 
 
 @router.post("/{schedule_id}/resume", response_model=Schedule)
 async def resume_schedule(
-    schedule_id: ScheduleId, schedules: SchedulesDep, scope: ScopeDep
+    schedule_id: ScheduleId, schedules: SchedulesDep, scope: ScopeDep, by: ByDep
 ) -> Schedule:
     """Resume a paused schedule; times passed while paused do not fire."""
-    return await schedules.pause(schedule_id, scope, paused=False)
+    return await schedules.pause(schedule_id, scope, paused=False, by=by)
 
 
 @router.post("/{schedule_id}/trigger", response_model=Schedule)
