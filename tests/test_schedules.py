@@ -71,11 +71,12 @@ def fired_at_least(api: Api, schedule_id: str, count: int) -> dict[str, Any]:
 
 def listed_jobs(api: Api, job_type: str, count: int) -> list[dict[str, Any]]:
     """The jobs of a type, once visibility lists `count` of them."""
-    found: list[dict[str, Any]] = wait_until(
-        lambda: (jobs := jobs_of(api, job_type)) and len(jobs) >= count and jobs,
-        timeout=30,
-        what=f"{count} jobs of {job_type}",
-    )
+
+    def listed() -> list[dict[str, Any]] | None:
+        jobs = jobs_of(api, job_type)
+        return jobs if len(jobs) >= count else None
+
+    found: list[dict[str, Any]] = wait_until(listed, timeout=30, what=f"{count} jobs")
     return found
 
 
