@@ -70,6 +70,8 @@ OVERLAP_NAME: dict[ScheduleOverlapPolicy, Overlap] = {v: k for k, v in OVERLAP.i
 # Schedules a list reads at most (each is one describe).
 LIST_MAX = 200
 DESCRIBES_AT_ONCE = 8
+# Firings whose job status one visibility call reads.
+STATUS_READS = 50
 # The notes a pause or resume writes (a schedule's own note is kept).
 OWN_NOTES = ("paused by ", "resumed by ")
 # A job spec's fields that hold a fixed time: a schedule fires at many times.
@@ -265,7 +267,9 @@ class ScheduleService:
         return await self._read(await self._describe(schedule_id, scope), statuses=True)
 
     async def list_schedules(self, scope: Scope = EVERY) -> list[ScheduleView]:
-        """The schedules within `scope` (at most LIST_MAX), by id."""
+        """The schedules within `scope` (at most LIST_MAX), by id: one describe each,
+        and the status of each one's last firing only (one visibility call per
+        STATUS_READS)."""
         query = None if scope.every else search_attributes.tenant_clause(scope.tenant)
         ids: list[str] = []
         async for entry in await self._client.list_schedules(query=query):
@@ -281,12 +285,18 @@ class ScheduleService:
         async def one(schedule_id: str) -> ScheduleView | None:
             async with gate:
                 try:
-                    return await self.get(schedule_id, scope)
+                    desc = await self._describe(schedule_id, scope)
+                    return await self._read(desc)
                 except ScheduleNotFound:
                     return None  # deleted since the list
 
         found = await asyncio.gather(*(one(schedule_id) for schedule_id in sorted(ids)))
-        return [view for view in found if view is not None]
+        views = [view for view in found if view is not None]
+        # Each one's last firing's status: one visibility call per STATUS_READS of them.
+        last = [view.recent[-1] for view in views if view.recent]
+        for start in range(0, len(last), STATUS_READS):
+            await self._statuses(last[start : start + STATUS_READS])
+        return views
 
     async def _describe(self, schedule_id: str, scope: Scope) -> ScheduleDescription:
         """The schedule's description; 404 if there is none, it starts no job, or it is
