@@ -4,6 +4,7 @@ one line out, or one error line. What schedules do is proven in test_schedules."
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -117,3 +118,13 @@ def test_a_bad_schedule_is_one_error_line(api: Api, schedule_id: str) -> None:
     assert bad.returncode == 1
     assert "HTTP 422: overlap" in one_error_line(bad)
     assert "(set by --overlap)" in one_error_line(bad)
+
+
+@pytest.mark.parametrize("command", ["create", "backfill"])
+def test_schedule_help_names_values_by_metavar(command: str) -> None:
+    out = ok(jobforge("http://unused", "schedule", command, "--help"))
+    assert not re.search(r"<\w+>|\{\w+\}", out), out
+    assert re.search(rf"Usage: jobforge schedule {command} \[OPTIONS\] ID\s", out), out
+    if command == "create":
+        assert re.search(r"--job\s+JSON\s", out), out
+        assert re.search(r"--every\s+S\s", out), out
