@@ -355,7 +355,8 @@ class ScheduleService:
             cron=memo.get("cron"),
             interval=int(intervals[0].every.total_seconds()) if intervals else None,
             job=inp.spec,
-            overlap=OVERLAP_NAME[schedule.policy.overlap],
+            # Temporal's default when a schedule names none (one made elsewhere).
+            overlap=OVERLAP_NAME.get(schedule.policy.overlap, "skip"),
             catchup_window_s=int(window.total_seconds()) if window else None,
             paused=schedule.state.paused,
             note=schedule.state.note or None,

@@ -121,7 +121,8 @@ class Schedule(BaseModel):
     next_firings: list[int]
     # The latest firings, newest last (Temporal keeps 10).
     recent: list[Firing]
-    # Jobs of its firings still open (for overlap).
+    # Jobs of its firings still open, as Temporal watches them for overlap (none under
+    # allow_all).
     running: list[str]
     fired: int
     skipped_overlap: int
