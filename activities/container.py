@@ -38,8 +38,9 @@ CLI_TIMEOUT_S = 60.0
 
 
 def container_name(job_id: str, attempt: int) -> str:
-    """The name of an attempt's container (job ids are `[A-Za-z0-9_-]`)."""
-    return f"{NAME_PREFIX}{job_id}-{attempt}"
+    """The name of an attempt's container. Job ids are `[A-Za-z0-9_:-]`; a container's
+    name takes no ':' (a schedule's firings have one), so it reads '.'."""
+    return f"{NAME_PREFIX}{job_id.replace(':', '.')}-{attempt}"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ A route missing from the table is the admin's only, and tests/test_access.py fai
 until it is listed.
 
 - admin: everything.
-- producer: submit, read, cancel, stop and resume jobs; read groups, pools, targets.
+- producer: submit, read, cancel, stop and resume jobs; read groups, pools, targets;
+  make, change and fire its schedules.
 - worker: the agent protocol (register, claim, heartbeats, result, fail, log upload),
   each design's worker routes, and the calls of 002's `runforge-cli daemon`.
 - reader: reads only (GET and the event stream).
@@ -77,6 +78,16 @@ ROUTES: dict[str, Access] = {
     "GET /api/targets": READ,
     "GET /api/targets/{target}": READ,
     "POST /api/targets/{target}/resume": WRITE,
+    # Recurring jobs: a producer makes and changes its tenant's schedules.
+    "POST /api/schedules": WRITE,
+    "GET /api/schedules": READ,
+    "GET /api/schedules/{schedule_id}": READ,
+    "PATCH /api/schedules/{schedule_id}": WRITE,
+    "DELETE /api/schedules/{schedule_id}": WRITE,
+    "POST /api/schedules/{schedule_id}/pause": WRITE,
+    "POST /api/schedules/{schedule_id}/resume": WRITE,
+    "POST /api/schedules/{schedule_id}/trigger": WRITE,
+    "POST /api/schedules/{schedule_id}/backfill": WRITE,
     # Operator overrides and tokens.
     "POST /api/ops/jobs/{job_id}/requeue": ADMIN,
     "POST /api/ops/jobs/{job_id}/fail": ADMIN,

@@ -17,6 +17,7 @@ from api.gate_service import GateService
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
+from api.schedule_service import ScheduleService
 from api.settings import ApiSettings
 from api.tenancy import Scope, current_scope
 from api.token_table import TokenTable
@@ -39,6 +40,7 @@ class Services:
     feed: EventFeed
     gates: GateService
     tokens: TokenTable
+    schedules: ScheduleService
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,11 @@ def get_jobs(request: Request) -> JobService:
 def get_gates(request: Request) -> GateService:
     """Groups, pools and targets."""
     return _services(request).gates
+
+
+def get_schedules(request: Request) -> ScheduleService:
+    """Recurring jobs."""
+    return _services(request).schedules
 
 
 def get_views(request: Request) -> JobViews:
@@ -104,6 +111,7 @@ def get_config(request: Request) -> Config:
 
 JobsDep = Annotated[JobService, Depends(get_jobs)]
 GatesDep = Annotated[GateService, Depends(get_gates)]
+SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
 ViewsDep = Annotated[JobViews, Depends(get_views)]
 BridgeDep = Annotated[Bridge, Depends(get_bridge)]
 WorkersDep = Annotated[WorkerDirectory, Depends(get_workers)]

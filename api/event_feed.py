@@ -72,10 +72,12 @@ class EventKey:
     @classmethod
     def parse(cls, raw: str) -> EventKey | None:
         """An SSE id back to a key; None if it is not one of ours."""
-        parts = raw.strip().split("-")
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit():
+        # A job id may hold '-' itself (a schedule's firings: `<id>-<time>`).
+        ts, _, rest = raw.strip().partition("-")
+        job_id, _, seq = rest.rpartition("-")
+        if not ts.isdigit() or not job_id or not seq.isdigit():
             return None
-        return cls(int(parts[0]), parts[1], int(parts[2]))
+        return cls(int(ts), job_id, int(seq))
 
 
 class JobEvent(JobIdentity, Transition):

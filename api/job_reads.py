@@ -35,7 +35,7 @@ from temporalio.service import RPCError
 
 from workflows.errors import JobNotFound
 from workflows.job_states import JobStatus
-from workflows.models import EventsMemo, Job, JobInput, pending_job
+from workflows.models import EventsMemo, Job, JobInput, as_fired, pending_job
 from workflows.names import EVENTS_MEMO, attempt_activity_id
 
 log = logging.getLogger(__name__)
@@ -184,6 +184,8 @@ class JobReader:
         inp = await self._decode(started.input.payloads, JobInput)
         if inp is None or inp.spec.scheduled or inp.spec.pinned_host is not None:
             return None  # its waiting_for (a gate, a clock, a host) is its workflow's
+        if inp.from_schedule:
+            inp = as_fired(inp, execution.id, events[0].event_time.ToMilliseconds())
         job = pending_job(inp)
         first = attempt_activity_id(1)
         if any(

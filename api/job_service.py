@@ -28,6 +28,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
+    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
@@ -160,19 +161,7 @@ class JobService:
         """Start a JobWorkflow; with a key, the same key and body give the same job.
         `spec.tenant` is the job's tenant as the caller's scope stamped it; `by`, the
         caller, is on its first transition."""
-        if (wrong_gate := tenant_gate_problem(spec)) is not None:
-            raise InvalidField(*wrong_gate)
-        if spec.solver_url is not None:
-            await self._check_solver_url(spec.solver_url)
-        if spec.container is not None:
-            problem = container_problem(
-                spec.container,
-                self._settings.container_volume_prefixes,
-                self._settings.container_image_allow,
-            )
-            if problem is not None:
-                raise InvalidField(*problem)
-        queue, preferred_queue = self._queues(spec)
+        queue, preferred_queue = await self.check(spec)
         job_id = job_id_for_key(idempotency_key, spec.tenant) if idempotency_key else new_job_id()
         created = now_ms()
         if spec.deadline_at is not None and spec.deadline_at <= created:
@@ -219,6 +208,47 @@ class JobService:
             return existing
         return job
 
+    async def check(self, spec: JobSpec, prefix: str = "") -> tuple[str, str | None]:
+        """What a job must pass before it is made (a 422 naming the field, after
+        `prefix`): its tenant's gate names, its solver_url, its container, its host. Its
+        attempt queue and a preferred host's queue (`_queues`)."""
+        try:
+            if (wrong_gate := tenant_gate_problem(spec)) is not None:
+                raise InvalidField(*wrong_gate)
+            if spec.solver_url is not None:
+                await self._check_solver_url(spec.solver_url)
+            if spec.container is not None:
+                problem = container_problem(
+                    spec.container,
+                    self._settings.container_volume_prefixes,
+                    self._settings.container_image_allow,
+                )
+                if problem is not None:
+                    raise InvalidField(*problem)
+            return self._queues(spec)
+        except InvalidField as err:
+            if prefix:
+                field = f"{prefix}{err.extra['field']}"
+                raise InvalidField(field, f"{prefix}{err.message}") from err
+            raise
+
+    async def fired_input(
+        self, schedule_id: str, spec: JobSpec, created: int
+    ) -> tuple[JobInput, TypedSearchAttributes]:
+        """What a schedule starts at each firing, checked as `submit` checks a job (422
+        naming `job.<field>`): the workflow's input and search attributes as `submit`
+        makes them. The job asks its gates itself (nothing is admitted before the
+        firing), and takes its id and creation time from its workflow. It starts with
+        no events memo: its first task writes it with the job's own id and time, so the
+        event stream and the job pages never see a transition stamped otherwise."""
+        queues = await self.check(spec, prefix="job.")
+        inp = self._job_input(
+            schedule_id, spec, created, queues, Admitted(), by=f"schedule {schedule_id}"
+        )
+        inp.from_schedule = True
+        await self._register_type(spec.type)
+        return inp, self._search_attributes(inp)
+
     def _job_input(
         self,
         job_id: str,
@@ -264,25 +294,29 @@ class JobService:
         id_reuse_policy: WorkflowIDReusePolicy,
     ) -> WorkflowHandle[Any, Any]:
         """Start the job's workflow with its search attributes and first memo."""
-        spec = inp.spec
         return await self._client.start_workflow(
             JOB_WORKFLOW,
             inp,
             id=inp.id,
             task_queue=self._temporal.task_queue,
-            search_attributes=search_attributes.at_submit(
-                spec.type,
-                spec.priority,
-                inp.created_at,
-                group=spec.group,
-                pool=spec.pool,
-                target=spec.target,
-                tenant=spec.tenant,
-            ),
+            search_attributes=self._search_attributes(inp),
             id_conflict_policy=id_conflict_policy,
             id_reuse_policy=id_reuse_policy,
-            static_summary=f"{spec.type} job",
+            static_summary=f"{inp.spec.type} job",
             memo={EVENTS_MEMO: events_memo(job)},
+        )
+
+    @staticmethod
+    def _search_attributes(inp: JobInput) -> TypedSearchAttributes:
+        spec = inp.spec
+        return search_attributes.at_submit(
+            spec.type,
+            spec.priority,
+            inp.created_at,
+            group=spec.group,
+            pool=spec.pool,
+            target=spec.target,
+            tenant=spec.tenant,
         )
 
     def _queues(self, spec: JobSpec) -> tuple[str, str | None]:

@@ -32,10 +32,12 @@ from api.routes import (
     logs,
     metrics,
     ops,
+    schedules,
     scheduling,
     tokens,
     workers,
 )
+from api.schedule_service import ScheduleService
 from api.settings import ApiSettings
 from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
@@ -121,6 +123,7 @@ def create_app(
                 client, temporal, gates, job_service.cancel, settings.metrics_cache_ms
             ),
             tokens=token_table,
+            schedules=ScheduleService(client, temporal, job_service),
         )
         token_table.start()
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
@@ -148,6 +151,7 @@ def create_app(
         jobs,
         logs,
         scheduling,
+        schedules,
         ops,
         tokens,
     )

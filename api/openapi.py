@@ -84,6 +84,10 @@ def document(app: FastAPI) -> None:
                     add("410", "The job is past the namespace's retention: its record is gone")
                 if path.startswith(("/api/groups/{", "/api/pools/{", "/api/targets/{")):
                     add("404", "No such gate in the caller's tenant (or a name with a line break)")
+                if path.startswith("/api/schedules/{"):
+                    add("404", "No such schedule in the caller's tenant")
+                if path == "/api/schedules" and method == "post":
+                    add("409", "A schedule has this id already")
                 if path.startswith(("/ops/jobs/", "/targets/{target_id}/jobs/")):
                     add("409", "The job's state does not allow it (see the message)")
                 if path == "/job/{job_id}" and method == "delete":

@@ -26,7 +26,8 @@ Stream = Literal["stdout", "stderr", "jobforge"]
 CUT_MARKER = "jobforge log cut at {size} bytes (LOG_MAX_BYTES)"
 # A single output line longer than this is split (a solver printing without newlines).
 LINE_MAX = 16 * 1024
-JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A schedule's firings are named `<schedule id>-<time>`, a ':' among the characters.
+JOB_ID = re.compile(r"^[A-Za-z0-9_:-]{1,64}$")
 
 
 class LogSettings(BaseSettings):

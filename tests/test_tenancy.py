@@ -715,6 +715,7 @@ def test_whoami_names_the_token_without_its_secret(api: Api, hub: str) -> None:
         "retry": False,
         "pause_group": False,
         "resume_target": False,
+        "change_schedule": False,
     }
     assert created["token"] not in json.dumps(me)
     admin = ok(api.http.get("/api/whoami"))

@@ -37,6 +37,7 @@ from worker.cli_common import (
 )
 from worker.cli_fleet import workers
 from worker.cli_ops import ops_app
+from worker.cli_schedules import schedule_app
 from worker.cli_scheduling import (
     group_app,
     group_list,
@@ -669,6 +670,7 @@ def watch(
 app.add_typer(group_app, name="group")
 app.add_typer(pool_app, name="pool")
 app.add_typer(target_app, name="target")
+app.add_typer(schedule_app, name="schedule")
 app.add_typer(ops_app, name="ops")
 app.add_typer(token_app, name="token")
 # A plural noun lists: `jobforge groups` is `jobforge group list` (docs/cli.md, "Command

@@ -258,6 +258,13 @@ class GateNotFound(JobforgeError):  # noqa: N818 - the domain's own words
         super().__init__(f"{kind} {name} not found", **{kind: name})
 
 
+class ScheduleNotFound(JobforgeError):  # noqa: N818 - the domain's own words
+    """No schedule has this id, or it is another tenant's."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"schedule {schedule_id} not found", id=schedule_id)
+
+
 class Unauthorized(JobforgeError):  # noqa: N818 - the domain's own words
     """A missing or wrong token."""
 

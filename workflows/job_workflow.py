@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         JobInput,
         Wait,
         WaitingFor,
+        as_fired,
         events_memo,
         gate_deadline,
         pending_job,
@@ -135,6 +136,9 @@ class JobWorkflow:
 
     @workflow.init
     def __init__(self, inp: JobInput) -> None:
+        if inp.from_schedule:
+            info = workflow.info()
+            inp = as_fired(inp, info.workflow_id, int(info.workflow_start_time.timestamp() * 1000))
         self._job = pending_job(inp) if inp.resumed is None else inp.resumed.model_copy(deep=True)
         # The job's status changes, checked against the one table (workflows/job_states.py).
         self._machine = JobMachine(self._job)
@@ -195,6 +199,9 @@ class JobWorkflow:
             self._weight = inp.gate_weight
         if inp.resumed is not None:
             self._resume(inp.resumed_by)
+        # A schedule's job starts with the schedule's search attributes and memo: its
+        # first task mirrors its own id and times.
+        self._machine.changed = inp.from_schedule or self._machine.changed
 
     @property
     def _attempt(self) -> int:
@@ -221,7 +228,7 @@ class JobWorkflow:
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
-        if inp.resumed is not None:
+        if inp.resumed is not None or inp.from_schedule:
             self._publish()
         if inp.spec.pinned_host is not None:
             self._pinned = workflow.patched(HOST_PINNING_PATCH)

@@ -580,6 +580,17 @@ class JobInput(BaseModel):
     # job waits again, no attempt counted (workflows/job_workflow.py, "dispatch
     # timeout"). None in every input from before: such a job keeps its leases.
     dispatch_timeout_ms: int | None = None
+    # Started by a schedule (workflows/schedule_models.py): one input for every firing,
+    # so the job's id is its workflow's (the schedule's id and the firing's time) and it
+    # was created when its workflow started, not `id` and `created_at`. False in every
+    # input from before.
+    from_schedule: bool = False
+
+
+def as_fired(inp: JobInput, workflow_id: str, started_at: int) -> JobInput:
+    """A schedule's input (`from_schedule`) as one firing's: the job's id is its
+    workflow's, and it was created when its workflow started (epoch ms)."""
+    return inp.model_copy(update={"id": workflow_id, "created_at": started_at})
 
 
 def pending_job(inp: JobInput) -> Job:

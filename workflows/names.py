@@ -23,6 +23,9 @@ OPS_BY = "ops"
 CLAIM_UPDATE = "claim_attempt"
 JOB_QUERY = "job"
 EVENTS_MEMO = "events"
+# On a schedule's jobs: the schedule that fired it and its cron as given (Temporal keeps
+# a cron as calendar ranges only).
+SCHEDULE_MEMO = "schedule"
 
 # -- JobTypeRegistry: the durable set of job types -----------------------------------
 TYPE_REGISTRY_WORKFLOW = "JobTypeRegistry"

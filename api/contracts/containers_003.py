@@ -59,6 +59,7 @@ from workflows.host_models import HostInfo, WorkerNotFound
 from workflows.job_states import OPEN, JobStatus
 from workflows.models import WORKER_ID_PATTERN, Job, WorkerInfo
 from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
+from workflows.schedule_models import FIRED_JOB_ID_PATTERN
 
 # How long a next-job call gives matching to hand over a queued job (no long poll: the
 # design's worker sleeps and asks again).
@@ -96,7 +97,7 @@ class JobStatusIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    job_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    job_id: Annotated[str, Field(pattern=FIRED_JOB_ID_PATTERN)]
     status: State
     worker_id: WorkerId
     container_id: Annotated[str | None, Field(max_length=256)] = None

@@ -38,6 +38,8 @@ ACTIONS = {
     "retry": ("POST", "/api/ops/jobs/{job_id}/requeue"),
     "pause_group": ("POST", "/api/groups/{group}/pause"),
     "resume_target": ("POST", "/api/targets/{target}/resume"),
+    # Pause, resume and trigger a schedule (one role set: api/access.py).
+    "change_schedule": ("POST", "/api/schedules/{schedule_id}/pause"),
 }
 
 
@@ -54,7 +56,8 @@ class WhoAmI(BaseModel):
 @router.get("/whoami", response_model=WhoAmI)
 async def whoami(principal: PrincipalDep) -> WhoAmI:
     """Who the token is: its id, name, role and tenant, and which of the dashboard's
-    actions (cancel, stop, retry, pause_group, resume_target) its role may use."""
+    actions (cancel, stop, retry, pause_group, resume_target, change_schedule) its role
+    may use."""
     may = {
         action: access.allowed(principal.role, method, path)
         for action, (method, path) in ACTIONS.items()

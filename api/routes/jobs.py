@@ -21,10 +21,13 @@ from workflows.models import (
     JobSpec,
     ListOrder,
 )
+from workflows.schedule_models import FIRED_JOB_ID_PATTERN
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], dependencies=[Authorized])
 
-JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
+# A schedule's firing is named `<schedule id>-<time>` by Temporal, a ':' among its
+# characters (workflows/schedule_models.py).
+JobId = Annotated[str, Path(pattern=FIRED_JOB_ID_PATTERN, description="Job id")]
 # A list's status filter: what the counts name (a status, or `cancelled`).
 StatusFilter = Annotated[
     CountKind | None,

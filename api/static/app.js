@@ -1,8 +1,8 @@
 // jobforge dashboard: plain JS, no build step. One page of jobs at a time, kept live
 // from the server-sent event stream; counts and page 1 are re-read (throttled) after events.
 // Running jobs' progress bars (their rows, the open detail) move with `job:progress` events.
-// The side panels (fleet, groups, pools, targets) are re-read every PANELS_EVERY_MS, one
-// list call each, while the tab is visible.
+// The side panels (fleet, groups, pools, targets, and schedules from static/schedules.js)
+// are re-read every PANELS_EVERY_MS, one list call each, while the tab is visible.
 "use strict";
 
 // The status chips: the API's statuses, and a cancelled job (failed with fail_reason
@@ -294,6 +294,7 @@ async function start() {
   await guard(loadPage);
   await Promise.all([
     guard(loadCounts), guard(loadFleet), guard(loadGroups), guard(loadPools), guard(loadTargets),
+    guard(loadSchedules),
   ]);
   openStream();
   schedulePanels();
@@ -1459,6 +1460,7 @@ async function refreshPanels() {
     ? () => loadDetail(open.id) : null;
   await Promise.all([
     guard(loadFleet), guard(loadGroups), guard(loadPools), guard(loadTargets),
+    guard(loadSchedules),
     detail && guard(detail),
   ]);
 }
