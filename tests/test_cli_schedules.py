@@ -81,6 +81,8 @@ def test_a_schedule_is_made_shown_paused_triggered_backfilled_and_deleted(
         timeout=30,
         what="the schedule listed",
     )
+    listed = json.loads(ok(jobforge(api.url, "schedules", "--json")))
+    assert [s["id"] for s in listed if s["id"] == schedule_id] == [schedule_id]
     assert ok(jobforge(api.url, "schedule", "delete", schedule_id)) == (
         f"deleted schedule {schedule_id}\n"
     )

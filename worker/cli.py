@@ -37,7 +37,7 @@ from worker.cli_common import (
 )
 from worker.cli_fleet import workers
 from worker.cli_ops import ops_app
-from worker.cli_schedules import schedule_app
+from worker.cli_schedules import schedule_app, schedule_list
 from worker.cli_scheduling import (
     group_app,
     group_list,
@@ -678,6 +678,7 @@ app.add_typer(token_app, name="token")
 command("groups", cls=_Command)(group_list)
 command("pools", cls=_Command)(pool_list)
 command("targets", cls=_Command)(target_list)
+command("schedules", cls=_Command)(schedule_list)
 command("workers", cls=_Command)(workers)
 
 

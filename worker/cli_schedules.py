@@ -129,10 +129,14 @@ def schedule_create(
 
 
 @schedule_app.command("list", cls=_Command)
-def schedule_list() -> None:
+def schedule_list(as_json: JsonOpt = False) -> None:
     """List schedules: id, paused or active, when, job type, next firing, last job."""
     with _hub() as hub:
-        for schedule in hub.call("GET", "/api/schedules").json():
+        schedules = hub.call("GET", "/api/schedules").json()
+    if as_json:
+        typer.echo(json.dumps(schedules, indent=2))
+    else:
+        for schedule in schedules:
             typer.echo(_line(schedule))
     _exit(0)
 
