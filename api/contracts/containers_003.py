@@ -22,6 +22,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response, status
@@ -491,46 +492,59 @@ async def agent_heartbeat(
 # -- ops ---------------------------------------------------------------------------------------
 
 
-def check_ops_from(action: OpsAction, job: Job, body: OpsIn | None, force: bool) -> None:
-    """409 unless the job is in a state `action` takes it from, or `force` (the query's
-    or the body's) overrides."""
-    shown = state_name(job, DESIGN)
-    forced = force or (body is not None and body.force)
-    if not forced and shown not in OPS_FROM[action]:
-        raise JobConflict(
-            f"{action} takes a job that is {' or '.join(OPS_FROM[action])} "
-            f"(it is {shown}); force=true overrides",
-            id=job.id,
-            status=shown,
-        )
+@dataclass(frozen=True)
+class OpsAsk:
+    """An ops action asked of a simulation, allowed from the state it is in."""
+
+    job: Job
+    reason: str | None
+
+
+class OpsFrom:
+    """The dependency of an ops action's route: the simulation the path names, if the
+    action takes a job from its state (OPS_FROM) or `force` (as a query parameter or in
+    the body) overrides; else a 409."""
+
+    def __init__(self, action: OpsAction) -> None:
+        self.action = action
+
+    async def __call__(
+        self, job: SimulationJob, body: OpsBody = None, force: bool = False
+    ) -> OpsAsk:
+        shown = state_name(job, DESIGN)
+        allowed = OPS_FROM[self.action]
+        if not (force or (body is not None and body.force)) and shown not in allowed:
+            raise JobConflict(
+                f"{self.action} takes a job that is {' or '.join(allowed)} "
+                f"(it is {shown}); force=true overrides",
+                id=job.id,
+                status=shown,
+            )
+        return OpsAsk(job, body.reason if body else None)
+
+
+# Each ops action's route takes its job through OpsFrom.
+RequeueAsk = Annotated[OpsAsk, Depends(OpsFrom("requeue"))]
+FailAsk = Annotated[OpsAsk, Depends(OpsFrom("fail"))]
+CancelAsk = Annotated[OpsAsk, Depends(OpsFrom("cancel"))]
 
 
 @router.post("/ops/jobs/{job_id}/requeue", response_model=Status)
-async def ops_requeue(
-    job: SimulationJob, jobs: JobsDep, by: OpsByDep, body: OpsBody = None, force: bool = False
-) -> Status:
+async def ops_requeue(ask: RequeueAsk, jobs: JobsDep, by: OpsByDep) -> Status:
     """Ops requeue (`force` as a query parameter or in the body)."""
-    check_ops_from("requeue", job, body, force)
-    return Status.of(await jobs.ops_requeue(job.id, by=by))
+    return Status.of(await jobs.ops_requeue(ask.job.id, by=by))
 
 
 @router.post("/ops/jobs/{job_id}/fail", response_model=Status)
-async def ops_fail(
-    job: SimulationJob, jobs: JobsDep, by: OpsByDep, body: OpsBody = None, force: bool = False
-) -> Status:
+async def ops_fail(ask: FailAsk, jobs: JobsDep, by: OpsByDep) -> Status:
     """Ops fail (`force` as a query parameter or in the body)."""
-    check_ops_from("fail", job, body, force)
-    reason = (body.reason if body else None) or "failed by ops"
-    return Status.of(await jobs.ops_fail(job.id, reason, by=by))
+    return Status.of(await jobs.ops_fail(ask.job.id, ask.reason or "failed by ops", by=by))
 
 
 @router.post("/ops/jobs/{job_id}/cancel", response_model=Status)
-async def ops_cancel(
-    job: SimulationJob, jobs: JobsDep, by: OpsByDep, body: OpsBody = None, force: bool = False
-) -> Status:
+async def ops_cancel(ask: CancelAsk, jobs: JobsDep, by: OpsByDep) -> Status:
     """Ops cancel (`force` as a query parameter or in the body)."""
-    check_ops_from("cancel", job, body, force)
-    return Status.of(await jobs.stop(job.id, by=by))
+    return Status.of(await jobs.stop(ask.job.id, by=by))
 
 
 @router.post("/ops/queue/cleanup", response_model=QueueCleaned)
