@@ -55,6 +55,7 @@ from workflows.host_models import HostInfo
 from workflows.job_states import OPEN, JobStatus
 from workflows.models import Job
 
+# How often a followed log (`GET /logs/{id}`) is read, and its job's status.
 FOLLOW_POLL_S = 0.2
 FOLLOW_STATUS_S = 1.0
 # The states each ops action takes a job from without `force`.
