@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from api.agent_bridge import Bridge
 from api.auth import require_token
+from api.contract_settings import ContractSettings
 from api.event_feed import EventFeed
 from api.gate_service import GateService
 from api.job_service import JobService
@@ -50,11 +51,17 @@ class Config:
     api: ApiSettings
     temporal: TemporalSettings
     logs: LogSettings = field(default_factory=LogSettings)
+    contracts: ContractSettings = field(default_factory=ContractSettings)
 
 
 def _services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
+
+
+def get_client(request: Request) -> Client:
+    """The Temporal client, for a reader a design's routes build per request."""
+    return _services(request).client
 
 
 def get_jobs(request: Request) -> JobService:
@@ -109,6 +116,7 @@ def get_config(request: Request) -> Config:
     return config
 
 
+ClientDep = Annotated[Client, Depends(get_client)]
 JobsDep = Annotated[JobService, Depends(get_jobs)]
 GatesDep = Annotated[GateService, Depends(get_gates)]
 SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]

@@ -76,6 +76,7 @@ from workflows.names import (
     JOB_QUERY,
     JOB_WORKFLOW,
     OPS_BY,
+    OPS_FAIL_UPDATE,
     OPS_REQUEUE_UPDATE,
     STOP_UPDATE,
     attempt_activity_id,
@@ -504,17 +505,24 @@ class JobService:
 
     # -- operator overrides --------------------------------------------------------
 
-    async def override(
-        self, job_id: str, update: str, *args: object, scope: Scope = EVERY, by: str | None = None
-    ) -> Job:
-        """Run an operator override (`ops_fail`, `ops_requeue`) on a job; 409 with its
-        status if it has ended (or closed). `by`: the caller, for its transitions."""
+    async def ops_requeue(self, job_id: str, scope: Scope = EVERY, by: str | None = None) -> Job:
+        """An operator's re-queue (the `ops_requeue` update): a running attempt ends and
+        a new one starts; a job whose execution has closed runs again under its id
+        (`_requeue_closed`). `by`: the caller, for its transitions."""
         await self.check_scope(job_id, scope)
-        job = await self._job_update(job_id, update, ErrorType.JOB_ENDED, *args, *_by(by))
+        job = await self._job_update(job_id, OPS_REQUEUE_UPDATE, ErrorType.JOB_ENDED, *_by(by))
+        return job if job is not None else await self._requeue_closed(job_id, by)
+
+    async def ops_fail(
+        self, job_id: str, reason: str, scope: Scope = EVERY, by: str | None = None
+    ) -> Job:
+        """An operator's fail (the `ops_fail` update): the job ends `quarantined` with
+        `reason`; 409 with its status if it has ended. `by`: the caller, for its
+        transitions."""
+        await self.check_scope(job_id, scope)
+        job = await self._job_update(job_id, OPS_FAIL_UPDATE, ErrorType.JOB_ENDED, reason, *_by(by))
         if job is not None:
             return job
-        if update == OPS_REQUEUE_UPDATE:
-            return await self._requeue_closed(job_id, by)
         return await self._closed_as(job_id, "changed", cancelled_ok=False)
 
     async def _requeue_closed(self, job_id: str, by: str | None = None) -> Job:

@@ -14,9 +14,10 @@ from starlette.datastructures import Headers
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import contracts, errors, openapi
+from api import errors, openapi
 from api.agent_bridge import Bridge
-from api.contracts.mounting import ContractSettings
+from api.contract_settings import ContractSettings
+from api.contracts import mounting
 from api.deps import Config, Services
 from api.event_feed import EventFeed, FeedSettings
 from api.gate_service import GateService
@@ -90,6 +91,7 @@ def create_app(
     temporal = temporal or TemporalSettings()
     solver_urls = solver_urls or SolverUrlSettings()
     log_settings = LogSettings()
+    contract_settings = contract_settings or ContractSettings()
     registry = Metrics()
 
     @asynccontextmanager
@@ -137,7 +139,9 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.config = Config(api=settings, temporal=temporal, logs=log_settings)
+    app.state.config = Config(
+        api=settings, temporal=temporal, logs=log_settings, contracts=contract_settings
+    )
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)
@@ -157,7 +161,7 @@ def create_app(
     )
     for module in modules:
         app.include_router(module.router)
-    contracts.mount(app, contract_settings or ContractSettings(), registry)
+    mounting.mount(app, contract_settings, registry)
     # The dashboard: its page at / and its assets under /static/. No catch-all mount, so
     # a wrong method on an API path is a 405 rather than the mount's 404.
     app.add_api_route("/", _dashboard_page, methods=["GET", "HEAD"], include_in_schema=False)

@@ -43,6 +43,17 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
+def modules_imported(path: Path) -> set[str]:
+    """Every module a module imports by absolute name, anywhere in it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
 def loaded_modules(module: str) -> set[str]:
     """Every module a fresh interpreter has loaded after importing `module`."""
     code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
@@ -58,6 +69,28 @@ def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
         f"{path.relative_to(ROOT)} imports {sorted(bad)}"
         for path in (ROOT / package).rglob("*.py")
         if (bad := imports_of(path) - ALLOWED[package] - {package})
+    }
+    assert not wrong
+
+
+# Within the API, floors from the top: main.py, the designs' routes (api/contracts/), the
+# hub's routes (api/routes/), then deps and services. Each imports only floors below it.
+API_FLOORS = {
+    "api/contracts": ("api.main",),
+    "api/routes": ("api.main", "api.contracts"),
+    "api": ("api.main", "api.contracts", "api.routes"),
+}
+
+
+@pytest.mark.parametrize("floor", sorted(API_FLOORS))
+def test_an_api_module_imports_no_floor_above_its_own(floor: str) -> None:
+    above = API_FLOORS[floor]
+    wrong = {
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in (ROOT / floor).glob("*.py")
+        if path.name != "main.py"
+        for name in modules_imported(path)
+        if name.startswith(above)
     }
     assert not wrong
 

@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         RESUME_UPDATE,
         UNLOCK_UPDATE,
     )
+    from workflows.workflow_time import workflow_now_ms
 
 # A request the API queued for a job that has not asked itself after this long (it
 # waits at an earlier gate, or it is gone) is pinged; a failed ping drops it.
@@ -90,10 +91,6 @@ FAIR_SHARES_PATCH = "pool-fair-shares"
 # has leased) recalls the leases no worker has claimed yet; one without it (a run from
 # before) keeps them and only stops granting until enough are given back.
 POOL_RECALL_PATCH = "pool-capacity-recall"
-
-
-def _now_ms() -> int:
-    return int(workflow.now().timestamp() * 1000)
 
 
 @workflow.defn(name=GATE_WORKFLOW)
@@ -131,7 +128,7 @@ class GateWorkflow:
                     lambda: self._dirty or self._should_continue(), timeout=self._next_wake()
                 )
             self._dirty = False
-            now = _now_ms()
+            now = workflow_now_ms()
             self._grant(now)
             self._ping(now)
             workflow.upsert_memo({GATE_MEMO: self.gate().model_dump(mode="json")})
@@ -156,7 +153,7 @@ class GateWorkflow:
         job_id = request.job_id
         holder = self._holders.get(job_id)
         if holder is not None:  # granted already, or reserved by an admission-only submit
-            holder.seen_at = _now_ms()
+            holder.seen_at = workflow_now_ms()
             self._send(job_id, GRANT_SIGNAL, self._grant_for())
             return
         front = self._kind == GateKind.TARGET and self._settings.halted_by == job_id
@@ -175,7 +172,7 @@ class GateWorkflow:
             return
         holder = self._holders.pop(job_id, None)
         if holder is not None and release.outcome == "completed":
-            held = _now_ms() - holder.granted_at
+            held = workflow_now_ms() - holder.granted_at
             self._lease_ms = held if self._lease_ms is None else 0.8 * self._lease_ms + 0.2 * held
         if release.outcome != "recalled":
             self._released = [*self._released[-(RELEASED_KEEP - 1) :], job_id]
@@ -229,7 +226,7 @@ class GateWorkflow:
         capacity = self._settings.capacity
         free = capacity - self._in_use()
         if request.cost <= free and not any(w.request.ready for w in self._waiters.values()):
-            now = _now_ms()
+            now = workflow_now_ms()
             self._seq += 1
             self._holders[job_id] = Holder(
                 request=request, seq=self._seq, enqueued_at=now, granted_at=now
@@ -247,7 +244,7 @@ class GateWorkflow:
         newest ready request, and the job starts holding the lease: no request or grant
         signal. Otherwise it is queued unready (the job asks when it runs) or, with
         `reject`, refused."""
-        now = _now_ms()
+        now = workflow_now_ms()
         return [self._admit(item, now) for item in batch]
 
     def _admit(self, item: AdmitRequest, now: int) -> AdmitAnswer:
@@ -320,7 +317,7 @@ class GateWorkflow:
         """Take the gate's lock, or renew it (its owner asking again). A lock another
         owner holds is refused, with who holds it, unless that owner let it expire
         (no renewal within its ttl, by workflow time): then it is taken over."""
-        now = _now_ms()
+        now = workflow_now_ms()
         held = self._lock
         if held is not None and held.owner != ask.owner and not held.expired(now):
             return LockAnswer(held=False, lock=held)
@@ -344,7 +341,7 @@ class GateWorkflow:
     @workflow.query(name=GATE_QUERY)
     def gate(self) -> GateView:
         """The gate as read."""
-        now = _now_ms()
+        now = workflow_now_ms()
         if self._fair:
             # Read on a copy: a query changes nothing.
             queues = self._pool_queues(now, every=True)
@@ -378,7 +375,7 @@ class GateWorkflow:
         else:
             self._seq += 1
             seq = self._front_seq() if front else self._seq
-            self._waiters[job_id] = Waiter(request=request, seq=seq, enqueued_at=_now_ms())
+            self._waiters[job_id] = Waiter(request=request, seq=seq, enqueued_at=workflow_now_ms())
         self._dirty = True
 
     def _front_seq(self) -> int:
@@ -552,7 +549,7 @@ class GateWorkflow:
         times = [self._ping_due(waiter) for waiter in self._checked()]
         if not times:
             return None
-        return timedelta(milliseconds=max(1000, min(times) - _now_ms()))
+        return timedelta(milliseconds=max(1000, min(times) - workflow_now_ms()))
 
     def _should_continue(self) -> bool:
         info = workflow.info()

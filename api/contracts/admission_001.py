@@ -19,32 +19,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response, status
-from prometheus_client import Counter, Gauge
+from fastapi import APIRouter, Depends, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from api import visibility
 from api.auth import ByDep
+from api.contracts.admission_001_metrics import QueueMetricsDep
 from api.contracts.admission_001_reads import Dispatchable, IntentEvent, events
-from api.contracts.mounting import ContractSettings
 from api.contracts.units import epoch_ms, iso
-from api.deps import BridgeDep, ConfigDep, GatesDep, JobsDep, Services, WorkersDep
-from api.job_views import TtlCache
-from api.metrics_registry import Metrics
+from api.deps import BridgeDep, ClientDep, ConfigDep, GatesDep, JobsDep, WorkersDep
 from api.routes.jobs import JobId
 from api.tenancy import NO_TENANT
-from workflows.contract_states import (
-    names,
-    state_name,
-    statuses_counted,
-    statuses_named,
-)
+from engine.clock import now_ms
+from workflows.contract_states import names, state_name, statuses_named
 from workflows.errors import ErrorType, InvalidField, JobConflict, JobNotFound, PoolFull
-from workflows.job_states import CLAIMED, JobStatus, kinds_of
+from workflows.job_states import JobStatus, kinds_of
 from workflows.models import (
     COST_UNITS_LIMIT,
     GATE_KEY_PATTERN,
@@ -54,7 +45,6 @@ from workflows.models import (
     JobSpec,
     WaitingFor,
 )
-from workflows.search_attributes import job_filter
 
 DESIGN = "001"
 BASE = "/api/system/scheduler/queue"
@@ -145,7 +135,9 @@ class IntentIn(BaseModel):
             raise InvalidField(FIELD_NAMES.get(field, field), first["msg"]) from None
 
 
-class Submitted(BaseModel):
+class IntentSubmitted(BaseModel):
+    """A queued intent: the answer to a submit that is not admission-only."""
+
     job_id: str
     state: str
 
@@ -243,7 +235,9 @@ class ClaimIn(BaseModel):
     wait_sec: Annotated[float, Field(ge=0, le=60)] = 0
 
 
-class Reported(BaseModel):
+class IntentReported(BaseModel):
+    """The answer to the worker's report on its lease."""
+
     job_id: str
     state: str
     lease_id: str | None = None
@@ -276,246 +270,184 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _now_ms() -> int:
-    return round(datetime.now(UTC).timestamp() * 1000)
+def scheduler_pool(config: ConfigDep) -> str:
+    """The pool whose capacity the intents count against (`SCHEDULER_POOL`)."""
+    return config.contracts.scheduler_pool
 
 
-# The pool's jobs by core status, as the design's states (QUEUED counts the admitted
-# intents not yet claimed too: visibility cannot tell them apart).
-METRIC_STATES = {name: statuses_counted(DESIGN, name) for name in names(DESIGN)}
+PoolDep = Annotated[str, Depends(scheduler_pool)]
 
 
-class QueueMetrics:
-    """§9's series: queue length by state, the oldest queued intent's age, per-addon
-    queued and running, and admission decisions. A scrape costs one count per state,
-    the oldest-start search and the groups' (cached) views, cached METRICS_CACHE_MS."""
-
-    def __init__(self, metrics: Metrics, pool: str, services: Callable[[], Services]) -> None:
-        r = metrics.registry
-        self._pool = pool
-        self._services = services
-        self.queue = Gauge(
-            "jobforge_001_queue_jobs", "Job intents by state (001)", ["state"], registry=r
-        )
-        self.oldest = Gauge(
-            "jobforge_001_oldest_queued_age_seconds",
-            "Age of the oldest queued job intent (001)",
-            registry=r,
-        )
-        self.addon = Gauge(
-            "jobforge_001_addon_jobs",
-            "Queued and running job intents per addon (001)",
-            ["addon_id", "state"],
-            registry=r,
-        )
-        self.decisions = Counter(
-            "jobforge_001_admission_decisions",
-            "Submits by decision: queued, approved or denied (admission-only), with reason",
-            ["decision", "reason"],
-            registry=r,
-        )
-        self._cache: TtlCache | None = None
-        metrics.add_refresher(self.refresh)
-
-    async def refresh(self) -> None:
-        services = self._services()
-        if self._cache is None:
-            self._cache = TtlCache(services.views.cache_ms)
-        counts, oldest, groups = await asyncio.gather(
-            self._cache.get("counts", lambda: self._counts(services)),
-            self._cache.get("oldest", lambda: self._oldest(services)),
-            services.gates.groups(),
-        )
-        for state, count in counts.items():
-            self.queue.labels(state).set(count)
-        self.oldest.set(oldest)
-        self.addon.clear()
-        for group in groups:
-            queued = group.counts.get(JobStatus.PENDING.value, 0)
-            running = sum(group.counts.get(s.value, 0) for s in CLAIMED)
-            if queued or running:
-                self.addon.labels(group.group, "QUEUED").set(queued)
-                self.addon.labels(group.group, "RUNNING").set(running)
-
-    async def _counts(self, services: Services) -> dict[str, int]:
-        client = services.client
-        found = await asyncio.gather(
-            *(
-                visibility.count(client, job_filter(statuses=kinds_of(kept), pool=self._pool))
-                for kept in METRIC_STATES.values()
-            )
-        )
-        return dict(zip(METRIC_STATES, found, strict=True))
-
-    async def _oldest(self, services: Services) -> float:
-        query = job_filter(JobStatus.PENDING.value, pool=self._pool)
-        started = await visibility.oldest_start(services.client, query)
-        return 0.0 if started is None else max(time.time() - started, 0.0)
+async def intent_job(job_id: JobId, jobs: JobsDep, pool: PoolDep) -> Job:
+    """The job the path names, if it is a job intent (a job of the pool, of an addon's
+    group), else a 404. 001 shows nothing only a live read gives (no heartbeat, no
+    lease expiry): the job as its workflow holds it."""
+    job = await jobs.get(job_id, NO_TENANT)
+    if job.pool != pool or job.group is None:
+        raise JobNotFound(job_id)
+    return job
 
 
-def router(
-    settings: ContractSettings, metrics: Metrics, services: Callable[[], Services]
-) -> APIRouter:
-    """001's routes (docs/contracts.md)."""
-    routes = APIRouter(prefix=BASE, tags=["001: admission queue"])
-    pool = settings.scheduler_pool
-    counted = QueueMetrics(metrics, pool, services)
+IntentJob = Annotated[Job, Depends(intent_job)]
 
-    async def intent_of(jobs: JobsDep, job_id: str) -> Job:
-        job = await jobs.get(job_id, NO_TENANT)
-        if job.pool != pool or job.group is None:
-            raise JobNotFound(job_id)
-        return await jobs.live(job)
 
-    @routes.post("/jobs/submit", response_model=Submitted | Decision)
-    async def submit(body: IntentIn, jobs: JobsDep, by: ByDep) -> Submitted | Decision:
-        """Submit a job intent; with `admission_only`, approve it now or deny it."""
-        spec = body.spec(pool)
-        try:
-            job = await jobs.submit(spec, by=by)
-        except PoolFull as err:
-            if not body.admission_only:
-                raise
-            reason = str(err.extra.get("reason") or ErrorType.POOL_FULL.value)
-            counted.decisions.labels("denied", reason).inc()
-            return Decision(approved=False, reason=reason, retry_after_sec=err.retry_after_s)
-        shown = state_name(job, DESIGN)
-        if body.admission_only:
-            counted.decisions.labels("approved", "admitted").inc()
-            return Decision(approved=True, job_id=job.id, state=shown)
-        counted.decisions.labels("queued", "submitted").inc()
-        return Submitted(job_id=job.id, state=shown)
+def dispatchable_reader(client: ClientDep, config: ConfigDep, pool: PoolDep) -> Dispatchable:
+    """The addon's admitted intents, read from the gates (admission_001_reads.py)."""
+    return Dispatchable(client, config.temporal.task_queue, pool)
 
-    @routes.get("/jobs/{job_id}", response_model=Intent)
-    async def get_intent(job_id: JobId, jobs: JobsDep, gates: GatesDep) -> Intent:
-        """A job intent, its state and its audit events."""
-        job = await intent_of(jobs, job_id)
-        waiting_now = None
-        if job.waiting_for == WaitingFor.GROUP_LIMIT:
-            waiting_now = (await gates.explain(job)).waiting_for  # a paused group
-        return Intent.of(job, _now_ms(), waiting_now)
 
-    @routes.post("/jobs/{job_id}/cancel", response_model=Intent)
-    async def cancel(job_id: JobId, jobs: JobsDep, by: ByDep) -> Intent:
-        """Cancel an intent that has not started; a running one is stopped."""
-        await intent_of(jobs, job_id)
-        return Intent.of(await jobs.stop(job_id, by=by), _now_ms())
+router = APIRouter(prefix=BASE, tags=["001: admission queue"])
 
-    @routes.get("/jobs", response_model=list[Intent])
-    async def list_intents(
-        jobs: JobsDep,
-        response: Response,
-        state: State | None = None,
-        limit: Annotated[int, Query(ge=1)] = 50,
-        page_token: str | None = None,
-    ) -> list[Intent]:
-        """Intents, newest first, of one state if asked (a page holds at most `limit`)."""
-        statuses = kinds_of(STATE_STATUSES[state]) if state else ()
-        page = await jobs.list_jobs(
-            None, None, limit=limit, page_token=page_token, statuses=statuses, pool=pool
-        )
-        if page.next_page_token:
-            response.headers["Next-Page-Token"] = page.next_page_token
-        now = _now_ms()
-        return [
-            Intent.of(job, now)
-            for job in page.jobs
-            if state is None or state_name(job, DESIGN) == state
-        ]
 
-    lister: list[Dispatchable] = []
+@router.post("/jobs/submit", response_model=IntentSubmitted | Decision)
+async def submit(
+    body: IntentIn, jobs: JobsDep, by: ByDep, pool: PoolDep, counted: QueueMetricsDep
+) -> IntentSubmitted | Decision:
+    """Submit a job intent; with `admission_only`, approve it now or deny it."""
+    spec = body.spec(pool)
+    try:
+        job = await jobs.submit(spec, by=by)
+    except PoolFull as err:
+        if not body.admission_only:
+            raise
+        reason = str(err.extra.get("reason") or ErrorType.POOL_FULL.value)
+        counted.decisions.labels("denied", reason).inc()
+        return Decision(approved=False, reason=reason, retry_after_sec=err.retry_after_s)
+    shown = state_name(job, DESIGN)
+    if body.admission_only:
+        counted.decisions.labels("approved", "admitted").inc()
+        return Decision(approved=True, job_id=job.id, state=shown)
+    counted.decisions.labels("queued", "submitted").inc()
+    return IntentSubmitted(job_id=job.id, state=shown)
 
-    @routes.get("/dispatchable", response_model=list[Intent])
-    async def dispatchable(
-        jobs: JobsDep,
-        config: ConfigDep,
-        response: Response,
-        addon_id: Annotated[str, Query(pattern=GATE_KEY_PATTERN)],
-        limit: Annotated[int, Query(ge=1, le=DISPATCHABLE_PAGE_MAX)] = 50,
-        page_token: str | None = None,
-    ) -> list[Intent]:
-        """Every admitted intent of the addon, oldest first, in pages of at most
-        `limit`: a worker may claim them now (Model A). `Next-Page-Token` is set while
-        more may follow."""
-        if not lister:
-            lister.append(Dispatchable(services().client, config.temporal.task_queue, pool))
-        found, after = await lister[0].page(jobs.get, addon_id, limit, page_token)
-        if after is not None:
-            response.headers["Next-Page-Token"] = after
-        now = _now_ms()
-        return [Intent.of(job, now) for job in found]
 
-    @routes.post(
-        "/jobs/claim",
-        response_model=Intent,
-        responses={204: {"description": "Nothing to run within `wait_sec`"}},
+@router.get("/jobs/{job_id}", response_model=Intent)
+async def get_intent(job: IntentJob, gates: GatesDep) -> Intent:
+    """A job intent, its state and its audit events."""
+    waiting_now = None
+    if job.waiting_for == WaitingFor.GROUP_LIMIT:
+        waiting_now = (await gates.explain(job)).waiting_for  # a paused group
+    return Intent.of(job, now_ms(), waiting_now)
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=Intent)
+async def cancel(job: IntentJob, jobs: JobsDep, by: ByDep) -> Intent:
+    """Cancel an intent that has not started; a running one is stopped."""
+    return Intent.of(await jobs.stop(job.id, by=by), now_ms())
+
+
+@router.get("/jobs", response_model=list[Intent])
+async def list_intents(
+    jobs: JobsDep,
+    response: Response,
+    pool: PoolDep,
+    state: State | None = None,
+    limit: Annotated[int, Query(ge=1)] = 50,
+    page_token: str | None = None,
+) -> list[Intent]:
+    """Intents, newest first, of one state if asked (a page holds at most `limit`)."""
+    statuses = kinds_of(STATE_STATUSES[state]) if state else ()
+    page = await jobs.list_jobs(
+        None, None, limit=limit, page_token=page_token, statuses=statuses, pool=pool
     )
-    async def claim(
-        request: Request, body: ClaimIn, jobs: JobsDep, bridge: BridgeDep, workers: WorkersDep
-    ) -> Intent | Response:
-        """The addon's worker takes the next admitted intent and holds its lease."""
-        bridge.hosts_of(body.worker_id, None)  # refused before any wait
-        await workers.seen(body.worker_id)
-        prefix = f"{body.addon_id}."
-        deadline = time.monotonic() + body.wait_sec
-        while True:
-            # The addon's types, looked up again each second: a first submit of a new
-            # type during the wait is found.
-            if body.job_types is not None:
-                types = [prefix + job_type for job_type in body.job_types]
-            else:
-                types = [t for t in await jobs.known_types() if t.startswith(prefix)]
-            left = deadline - time.monotonic()
-            slice_s = min(max(left, 0.1), 1.0)
-            if types:
-                claimed = await bridge.claim(
-                    body.worker_id, types, slice_s, gone=request.is_disconnected
-                )
-                if claimed is not None:
-                    break
-            else:
-                await asyncio.sleep(slice_s)
-            if time.monotonic() >= deadline or await request.is_disconnected():
-                return Response(status_code=status.HTTP_204_NO_CONTENT)
-        job = await jobs.get(claimed.id)
-        # Claimed: the job is assigned (its signal may not be applied yet).
-        lease = f"{job.id}:{claimed.attempt}:{body.worker_id}"
-        return Intent.of(job, _now_ms()).model_copy(
-            update={"state": "DISPATCHING", "lease_id": lease}
-        )
+    if page.next_page_token:
+        response.headers["Next-Page-Token"] = page.next_page_token
+    now = now_ms()
+    return [
+        Intent.of(job, now)
+        for job in page.jobs
+        if state is None or state_name(job, DESIGN) == state
+    ]
 
-    async def held(jobs: JobsDep, job_id: str, lease: str) -> tuple[Job, str]:
-        job = await intent_of(jobs, job_id)
-        attempt, worker = lease_holder(job_id, lease)
-        if attempt != job.attempt:
-            raise JobConflict(
-                f"lease {lease} has ended (the job is on attempt {job.attempt})",
-                id=job_id,
-                state=state_name(job, DESIGN),
+
+@router.get("/dispatchable", response_model=list[Intent])
+async def dispatchable(
+    jobs: JobsDep,
+    lister: Annotated[Dispatchable, Depends(dispatchable_reader)],
+    response: Response,
+    addon_id: Annotated[str, Query(pattern=GATE_KEY_PATTERN)],
+    limit: Annotated[int, Query(ge=1, le=DISPATCHABLE_PAGE_MAX)] = 50,
+    page_token: str | None = None,
+) -> list[Intent]:
+    """Every admitted intent of the addon, oldest first, in pages of at most
+    `limit`: a worker may claim them now (Model A). `Next-Page-Token` is set while
+    more may follow."""
+    found, after = await lister.page(jobs.get, addon_id, limit, page_token)
+    if after is not None:
+        response.headers["Next-Page-Token"] = after
+    now = now_ms()
+    return [Intent.of(job, now) for job in found]
+
+
+@router.post(
+    "/jobs/claim",
+    response_model=Intent,
+    responses={204: {"description": "Nothing to run within `wait_sec`"}},
+)
+async def claim(
+    request: Request, body: ClaimIn, jobs: JobsDep, bridge: BridgeDep, workers: WorkersDep
+) -> Intent | Response:
+    """The addon's worker takes the next admitted intent and holds its lease."""
+    bridge.hosts_of(body.worker_id, None)  # refused before any wait
+    await workers.seen(body.worker_id)
+    prefix = f"{body.addon_id}."
+    deadline = time.monotonic() + body.wait_sec
+    while True:
+        # The addon's types, looked up again each second: a first submit of a new
+        # type during the wait is found.
+        if body.job_types is not None:
+            types = [prefix + job_type for job_type in body.job_types]
+        else:
+            types = [t for t in await jobs.known_types() if t.startswith(prefix)]
+        left = deadline - time.monotonic()
+        slice_s = min(max(left, 0.1), 1.0)
+        if types:
+            claimed = await bridge.claim(
+                body.worker_id, types, slice_s, gone=request.is_disconnected
             )
-        return job, worker
+            if claimed is not None:
+                break
+        else:
+            await asyncio.sleep(slice_s)
+        if time.monotonic() >= deadline or await request.is_disconnected():
+            return Response(status_code=status.HTTP_204_NO_CONTENT)
+    job = await jobs.get(claimed.id)
+    # Claimed: the job is assigned (its signal may not be applied yet).
+    lease = f"{job.id}:{claimed.attempt}:{body.worker_id}"
+    return Intent.of(job, now_ms()).model_copy(update={"state": "DISPATCHING", "lease_id": lease})
 
-    @routes.post("/jobs/{job_id}/heartbeat", response_model=Reported)
-    async def heartbeat(job_id: JobId, body: LeaseIn, jobs: JobsDep, bridge: BridgeDep) -> Reported:
-        """Keep the lease; the first heartbeat makes the intent RUNNING."""
-        _, worker = await held(jobs, job_id, body.lease_id)
-        await bridge.heartbeat(job_id, worker, None)
-        return Reported(job_id=job_id, state="RUNNING", lease_id=body.lease_id)
 
-    @routes.post("/jobs/{job_id}/done", response_model=Reported)
-    async def done(job_id: JobId, body: DoneIn, jobs: JobsDep, bridge: BridgeDep) -> Reported:
-        """The addon's report: the intent ran to completion (DONE)."""
-        _, worker = await held(jobs, job_id, body.lease_id)
-        await bridge.result(job_id, worker, body.result, None, None)
-        return Reported(job_id=job_id, state="DONE")
+def lease_worker(job: Job, lease: str) -> str:
+    """The worker that holds `lease` on the job's current attempt; 422 if the lease is
+    not one of this job's, 409 if its attempt has ended."""
+    attempt, worker = lease_holder(job.id, lease)
+    if attempt != job.attempt:
+        raise JobConflict(
+            f"lease {lease} has ended (the job is on attempt {job.attempt})",
+            id=job.id,
+            state=state_name(job, DESIGN),
+        )
+    return worker
 
-    @routes.post("/jobs/{job_id}/failed", response_model=Reported)
-    async def failed(job_id: JobId, body: FailedIn, jobs: JobsDep, bridge: BridgeDep) -> Reported:
-        """The addon's report: the attempt failed. Queued again while attempts remain
-        (QUEUED), FAILED after the last one."""
-        _, worker = await held(jobs, job_id, body.lease_id)
-        ended = await bridge.fail(job_id, worker, body.reason)
-        shown = {JobStatus.QUARANTINED: "FAILED", JobStatus.PENDING: "QUEUED"}
-        return Reported(job_id=job_id, state=shown.get(ended, ended.value.upper()))
 
-    return routes
+@router.post("/jobs/{job_id}/heartbeat", response_model=IntentReported)
+async def heartbeat(job: IntentJob, body: LeaseIn, bridge: BridgeDep) -> IntentReported:
+    """Keep the lease; the first heartbeat makes the intent RUNNING."""
+    await bridge.heartbeat(job.id, lease_worker(job, body.lease_id), None)
+    return IntentReported(job_id=job.id, state="RUNNING", lease_id=body.lease_id)
+
+
+@router.post("/jobs/{job_id}/done", response_model=IntentReported)
+async def done(job: IntentJob, body: DoneIn, bridge: BridgeDep) -> IntentReported:
+    """The addon's report: the intent ran to completion (DONE)."""
+    await bridge.result(job.id, lease_worker(job, body.lease_id), body.result, None, None)
+    return IntentReported(job_id=job.id, state="DONE")
+
+
+@router.post("/jobs/{job_id}/failed", response_model=IntentReported)
+async def failed(job: IntentJob, body: FailedIn, bridge: BridgeDep) -> IntentReported:
+    """The addon's report: the attempt failed. Queued again while attempts remain
+    (QUEUED), FAILED after the last one."""
+    ended = await bridge.fail(job.id, lease_worker(job, body.lease_id), body.reason)
+    shown = {JobStatus.QUARANTINED: "FAILED", JobStatus.PENDING: "QUEUED"}
+    return IntentReported(job_id=job.id, state=shown.get(ended, ended.value.upper()))

@@ -1,5 +1,7 @@
 """003, the container job system: simulations run in containers by the design's own
-workers, which poll for a job, report its status, and are told to stop through it.
+workers, which poll for a job, report its status, and are told to stop through it. This
+module has the routes of its users and operators; its workers' are in
+containers_003_agent.py.
 
 - `POST /run-simulation` makes a jobforge container job (containers_003_views.py); its
   worker takes it with `POST /api/agent/next-job` (the agent bridge's claim of container
@@ -19,111 +21,52 @@ workers, which poll for a job, report its status, and are told to stop through i
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Query, Request, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from api.auth import ByDep, OpsByDep
+from api.contract_settings import ContractSettings
+from api.contracts.containers_003_files import SharedFilesDep
 from api.contracts.containers_003_views import (
     DESIGN,
     JOB_TYPE,
     JobInfo,
-    Payload,
     QueueEntry,
     SimulationIn,
-    State,
     Status,
-    failure,
     renamed,
 )
-from api.contracts.mounting import ContractSettings
-from api.deps import BridgeDep, ConfigDep, JobsDep, Services, WorkersDep
-from api.job_service import LIST_LIMIT_MAX, JobService, job_id_for_key
-from api.metrics_registry import Metrics
+from api.deps import ConfigDep, JobsDep, MetricsDep, WorkersDep
+from api.job_service import LIST_LIMIT_MAX, job_id_for_key
 from api.routes.jobs import JobId
 from api.routes.ops import CleanupAge
 from api.tenancy import NO_TENANT
 from api.worker_directory import WorkerView
-from engine import log_store
 from workflows.contract_states import state_name
-from workflows.errors import HostNotAvailable, InvalidField, JobConflict, JobNotFound
-from workflows.host_models import HostInfo, WorkerNotFound
+from workflows.errors import InvalidField, JobConflict, JobNotFound
+from workflows.host_models import HostInfo
 from workflows.job_states import OPEN, JobStatus
-from workflows.models import WORKER_ID_PATTERN, Job, WorkerInfo
-from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
-from workflows.schedule_models import FIRED_JOB_ID_PATTERN
+from workflows.models import Job
 
-# How long a next-job call gives matching to hand over a queued job (no long poll: the
-# design's worker sleeps and asks again).
-NEXT_JOB_WAIT_S = 0.25
+# How often a followed log (`GET /logs/{id}`) is read, and its job's status.
 FOLLOW_POLL_S = 0.2
 FOLLOW_STATUS_S = 1.0
-# The states a worker's report may come from, per reported state (the design's
-# transitions; the same state again is always accepted).
-REPORTS: dict[str, tuple[str, ...]] = {
-    "running": ("dispatched",),
-    "stop_requested": ("dispatched", "running"),
-    "stopped": ("stop_requested",),
-    "finished": ("running",),
-    "failed": ("dispatched", "running"),
-}
 # The states each ops action takes a job from without `force`.
-OPS_FROM = {
+OpsAction = Literal["requeue", "fail", "cancel"]
+OPS_FROM: dict[OpsAction, tuple[str, ...]] = {
     "requeue": ("dispatched",),
     "fail": ("running", "stop_requested"),
     "cancel": ("queued",),
 }
-WorkerId = Annotated[str, Field(pattern=WORKER_ID_PATTERN)]
 # The longest heartbeat timeout a job may have (JobSpec.heartbeat_timeout_ms).
 STALE_LIMIT_MAX_S = 3600
-
-
-class NextJobIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    worker_id: WorkerId
-
-
-class JobStatusIn(BaseModel):
-    """`POST /api/agent/job-status`: a worker's report on the job it runs."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    job_id: Annotated[str, Field(pattern=FIRED_JOB_ID_PATTERN)]
-    status: State
-    worker_id: WorkerId
-    container_id: Annotated[str | None, Field(max_length=256)] = None
-    container_name: Annotated[str | None, Field(max_length=256)] = None
-    exit_code: int | None = None
-    error: Annotated[str | None, Field(max_length=2000)] = None
-    details: JsonValue = None
-    result: JsonValue = Field(default=None, description="finished: the result (added)")
-    progress: JsonValue = Field(default=None, description="running: {fraction, message} (added)")
-
-
-class Reported(BaseModel):
-    job_id: str
-    status: str
-
-
-class AgentHeartbeatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    worker_id: WorkerId
-    info: dict[str, JsonValue] = Field(default_factory=dict)
-
-
-class HeartbeatAnswer(BaseModel):
-    worker_id: str
-    kept: list[str] = Field(description="The info keys kept (all of them), shown by /hosts")
 
 
 class Host(BaseModel):
@@ -155,7 +98,7 @@ class CleanupIn(BaseModel):
     )
 
 
-class Cleaned(BaseModel):
+class QueueCleaned(BaseModel):
     removed: int = Field(description="Queue entries without a valid job: always 0")
     deleted: int = Field(description="Ended simulations deleted (with older_than_s)")
 
@@ -177,15 +120,6 @@ class Resulted(BaseModel):
     status: str
     exit_code: int | None
     result: JsonValue
-
-
-async def simulation(jobs: JobService, job_id: str) -> Job:
-    """A 003 job, read live; any other job is a 404 (a tenant's too: 003's jobs have
-    none)."""
-    job = await jobs.get(job_id, NO_TENANT)
-    if job.type != JOB_TYPE or job.container is None:
-        raise JobNotFound(job_id)
-    return await jobs.live(job)
 
 
 def seen_within(worker: WorkerView, now_s: float, limit_s: float) -> bool:
@@ -215,351 +149,245 @@ def stale_limit_ms(settings: ContractSettings) -> int | None:
     return round(min(*limits, STALE_LIMIT_MAX_S) * 1000) if limits else None
 
 
-def router(
-    settings: ContractSettings, metrics: Metrics, _services: Callable[[], Services]
-) -> APIRouter:
-    """003's routes (docs/contracts.md)."""
-    routes = APIRouter(tags=["003: container job system"])
-    shared = Path(settings.shared_data) if settings.shared_data else None
-    ttl_ms = stale_limit_ms(settings)
-    online_s = settings.host_heartbeat_ttl
+async def simulation_job(job_id: JobId, jobs: JobsDep) -> Job:
+    """The job `job_id` names, if it is a simulation, else a 404 (a tenant's job too:
+    003's jobs have none); as its workflow holds it, without its attempt's heartbeat."""
+    job = await jobs.get(job_id, NO_TENANT)
+    if job.type != JOB_TYPE or job.container is None:
+        raise JobNotFound(job_id)
+    return job
 
-    def job_dir(job_id: str) -> Path | None:
-        return None if shared is None else shared / "jobs" / job_id
 
-    def shared_json(job_id: str, *parts: str) -> JsonValue:
-        directory = job_dir(job_id)
-        if directory is None:
-            return None
-        try:
-            found: JsonValue = json.loads(directory.joinpath(*parts).read_text())
-        except (OSError, ValueError):
-            return None
-        return found
+async def live_simulation_job(job: Annotated[Job, Depends(simulation_job)], jobs: JobsDep) -> Job:
+    """The simulation with its attempt's last heartbeat and progress (one describe while
+    a worker holds it)."""
+    return await jobs.live(job)
 
-    # -- submission and inspection ----------------------------------------------------
 
-    @routes.post("/run-simulation", status_code=status.HTTP_201_CREATED, response_model=JobInfo)
-    async def run_simulation(body: SimulationIn, jobs: JobsDep, by: ByDep) -> JobInfo:
-        """Queue a simulation (a container job of type `simulation`, run once)."""
-        # The job id is known before the job exists (its command may name it): the id
-        # the core gives a fresh idempotency key.
-        key = f"{DESIGN}:{uuid.uuid4().hex}"
-        spec = body.spec(job_id_for_key(key), ttl_ms)
-        try:
-            job = await jobs.submit(spec, key, by)
-        except InvalidField as err:
-            raise renamed(err) from None
-        metrics.submissions.inc()
-        return JobInfo.of(job)
+# A simulation the path names; `Live…` with its heartbeat, for the routes that show it.
+SimulationJob = Annotated[Job, Depends(simulation_job)]
+LiveSimulationJob = Annotated[Job, Depends(live_simulation_job)]
+OpsBody = Annotated[OpsIn | None, Body()]
 
-    @routes.get("/status/{job_id}", response_model=Status)
-    async def get_status(job_id: JobId, jobs: JobsDep) -> Status:
-        """The job's status file."""
-        return Status.of(await simulation(jobs, job_id))
+router = APIRouter(tags=["003: container job system"])
 
-    @routes.get("/job-info/{job_id}", response_model=JobInfo)
-    async def job_info(job_id: JobId, jobs: JobsDep) -> JobInfo:
-        """The job's metadata and status."""
-        return JobInfo.of(await simulation(jobs, job_id))
+# -- submission and inspection ----------------------------------------------------------
 
-    @routes.get("/jobs", response_model=list[JobInfo])
-    async def list_jobs(
-        jobs: JobsDep, limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 100
-    ) -> list[JobInfo]:
-        """Simulations, open ones newest first, then ended ones."""
-        page = await jobs.list_jobs(None, JOB_TYPE, limit=limit, scope=NO_TENANT)
-        return [JobInfo.of(job) for job in page.jobs if job.container is not None]
 
-    @routes.get("/queue", response_model=list[QueueEntry])
-    async def queue(
-        jobs: JobsDep, limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 100
-    ) -> list[QueueEntry]:
-        """Simulations waiting for a worker."""
-        page = await jobs.list_jobs(JobStatus.PENDING, JOB_TYPE, limit=limit, scope=NO_TENANT)
-        return [QueueEntry.of(job) for job in page.jobs if job.container is not None]
+@router.post("/run-simulation", status_code=status.HTTP_201_CREATED, response_model=JobInfo)
+async def run_simulation(
+    body: SimulationIn, jobs: JobsDep, by: ByDep, config: ConfigDep, metrics: MetricsDep
+) -> JobInfo:
+    """Queue a simulation (a container job of type `simulation`, run once)."""
+    # The job id is known before the job exists (its command may name it): the id
+    # the core gives a fresh idempotency key.
+    key = f"{DESIGN}:{uuid.uuid4().hex}"
+    spec = body.spec(job_id_for_key(key), stale_limit_ms(config.contracts))
+    try:
+        job = await jobs.submit(spec, key, by)
+    except InvalidField as err:
+        raise renamed(err) from None
+    metrics.submissions.inc()
+    return JobInfo.of(job)
 
-    @routes.get("/hosts", response_model=list[Host])
-    async def hosts(workers: WorkersDep) -> list[Host]:
-        """The workers' health: online (heard from within HOST_HEARTBEAT_TTL, default
-        the core's heartbeat timeout), last heartbeat, jobs held, telemetry."""
-        now = time.time()
-        return [
-            Host(
-                worker_id=w.worker_id,
-                host=w.host,
-                online=w.alive if online_s is None else seen_within(w, now, online_s),
-                last_heartbeat=w.last_heartbeat / 1000 if w.last_heartbeat else None,
-                active_jobs=w.active_jobs,
-                info=host_info(w.info),
-            )
-            for w in await workers.list()
-        ]
 
-    # -- logs, progress, result --------------------------------------------------------
+@router.get("/status/{job_id}", response_model=Status)
+async def get_status(job: LiveSimulationJob) -> Status:
+    """The job's status file."""
+    return Status.of(job)
 
-    def read_log(job: Job, offset: int, logs_root: Path) -> tuple[str, int]:
-        """The log from byte `offset` on: the file the worker writes on the shared
-        storage when there is one, else the core's log store (its own workers' and
-        agents' output)."""
-        directory = job_dir(job.id)
-        if directory is not None:
-            try:
-                with (directory / "logs" / f"{job.id}.log").open("rb") as file:
-                    file.seek(offset)
-                    data = file.read()
-            except OSError:
-                return "", offset
-            return data.decode("utf-8", errors="replace"), offset + len(data)
-        attempt = job.attempt or next(iter(log_store.attempts(logs_root, job.id)[-1:]), None)
-        if not attempt:
-            return "", offset
-        lines, after = log_store.read(logs_root, job.id, attempt, offset)
-        return "".join(f"{line.text}\n" for line in lines), after
 
-    @routes.get("/file-logs/{job_id}", response_class=PlainTextResponse)
-    async def file_logs(job_id: JobId, jobs: JobsDep, config: ConfigDep) -> PlainTextResponse:
-        """The job's whole log file, as text."""
-        job = await simulation(jobs, job_id)
-        text, _ = read_log(job, 0, config.logs.root)
-        return PlainTextResponse(text)
+@router.get("/job-info/{job_id}", response_model=JobInfo)
+async def job_info(job: LiveSimulationJob) -> JobInfo:
+    """The job's metadata and status."""
+    return JobInfo.of(job)
 
-    @routes.get(
-        "/logs/{job_id}", responses={200: {"content": {"text/plain": {}}}}, response_model=None
-    )
-    async def logs(
-        job_id: JobId, request: Request, jobs: JobsDep, config: ConfigDep
-    ) -> StreamingResponse:
-        """The job's log as a text stream that follows it until the job ends."""
-        job = await simulation(jobs, job_id)
-        root = config.logs.root
 
-        async def chunks() -> AsyncIterator[str]:
-            offset = 0
-            current = job
-            loop = asyncio.get_running_loop()
-            checked = loop.time()
-            while True:
-                text, offset = read_log(current, offset, root)
+@router.get("/jobs", response_model=list[JobInfo])
+async def list_jobs(
+    jobs: JobsDep, limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 100
+) -> list[JobInfo]:
+    """Simulations, open ones newest first, then ended ones."""
+    page = await jobs.list_jobs(None, JOB_TYPE, limit=limit, scope=NO_TENANT)
+    return [JobInfo.of(job) for job in page.jobs if job.container is not None]
+
+
+@router.get("/queue", response_model=list[QueueEntry])
+async def queue(
+    jobs: JobsDep, limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 100
+) -> list[QueueEntry]:
+    """Simulations waiting for a worker."""
+    page = await jobs.list_jobs(JobStatus.PENDING, JOB_TYPE, limit=limit, scope=NO_TENANT)
+    return [QueueEntry.of(job) for job in page.jobs if job.container is not None]
+
+
+@router.get("/hosts", response_model=list[Host])
+async def hosts(workers: WorkersDep, config: ConfigDep) -> list[Host]:
+    """The workers' health: online (heard from within HOST_HEARTBEAT_TTL, default
+    the core's heartbeat timeout), last heartbeat, jobs held, telemetry."""
+    online_s = config.contracts.host_heartbeat_ttl
+    now = time.time()
+    return [
+        Host(
+            worker_id=w.worker_id,
+            host=w.host,
+            online=w.alive if online_s is None else seen_within(w, now, online_s),
+            last_heartbeat=w.last_heartbeat / 1000 if w.last_heartbeat else None,
+            active_jobs=w.active_jobs,
+            info=host_info(w.info),
+        )
+        for w in await workers.list()
+    ]
+
+
+# -- logs, progress, result --------------------------------------------------------------
+
+
+@router.get("/file-logs/{job_id}", response_class=PlainTextResponse)
+async def file_logs(job: SimulationJob, files: SharedFilesDep) -> PlainTextResponse:
+    """The job's whole log file, as text."""
+    text, _ = files.read_log(job, 0)
+    return PlainTextResponse(text)
+
+
+@router.get("/logs/{job_id}", responses={200: {"content": {"text/plain": {}}}}, response_model=None)
+async def logs(
+    job: SimulationJob, request: Request, jobs: JobsDep, files: SharedFilesDep
+) -> StreamingResponse:
+    """The job's log as a text stream that follows it until the job ends."""
+
+    async def chunks() -> AsyncIterator[str]:
+        offset = 0
+        current = job
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
+        while True:
+            text, offset = files.read_log(current, offset)
+            if text:
+                yield text
+            if await request.is_disconnected():
+                return
+            if loop.time() - checked >= FOLLOW_STATUS_S:
+                checked = loop.time()
+                current = await jobs.get(job.id)
+            if current.status not in OPEN and not text:
+                text, offset = files.read_log(current, offset)
                 if text:
                     yield text
-                if await request.is_disconnected():
-                    return
-                if loop.time() - checked >= FOLLOW_STATUS_S:
-                    checked = loop.time()
-                    current = await jobs.get(job_id)
-                if current.status not in OPEN and not text:
-                    text, offset = read_log(current, offset, root)
-                    if text:
-                        yield text
-                    return
-                await asyncio.sleep(FOLLOW_POLL_S)
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
 
-        return StreamingResponse(chunks(), media_type="text/plain")
+    return StreamingResponse(chunks(), media_type="text/plain")
 
-    @routes.get("/progress/{job_id}", response_model=Progressed)
-    async def progress(job_id: JobId, jobs: JobsDep) -> Progressed:
-        """The progress the container writes (`progress/progress.json`), else the
-        running attempt's last reported progress."""
-        job = await simulation(jobs, job_id)
-        found = shared_json(job_id, "progress", "progress.json")
-        if found is None and job.progress is not None:
-            found = job.progress.model_dump(mode="json")
-        return Progressed(job_id=job_id, status=state_name(job, DESIGN), progress=found)
 
-    @routes.get("/result/{job_id}", response_model=Resulted)
-    async def result(job_id: JobId, jobs: JobsDep) -> Resulted:
-        """The job's result: what its worker reported, else `results/result.json`."""
-        job = await simulation(jobs, job_id)
-        found = job.result
-        if found is None:
-            found = shared_json(job_id, "results", "result.json")
-        return Resulted(
-            job_id=job_id,
-            status=state_name(job, DESIGN),
-            exit_code=Status.of(job).exit_code,
-            result=found,
-        )
+@router.get("/progress/{job_id}", response_model=Progressed)
+async def progress(job: LiveSimulationJob, files: SharedFilesDep) -> Progressed:
+    """The progress the container writes (`progress/progress.json`), else the
+    running attempt's last reported progress."""
+    found = files.read_json(job.id, "progress", "progress.json")
+    if found is None and job.progress is not None:
+        found = job.progress.model_dump(mode="json")
+    return Progressed(job_id=job.id, status=state_name(job, DESIGN), progress=found)
 
-    # -- control ------------------------------------------------------------------------
 
-    @routes.post("/stop/{job_id}", response_model=Status)
-    async def stop(job_id: JobId, jobs: JobsDep, by: ByDep) -> Status:
-        """A queued job is canceled; a dispatched or running one is asked to stop
-        (`stop_requested`), which its worker sees, then `stopped`."""
-        await simulation(jobs, job_id)
-        return Status.of(await jobs.stop(job_id, by=by))
-
-    @routes.delete("/job/{job_id}", response_model=Deleted)
-    async def delete(job_id: JobId, jobs: JobsDep, config: ConfigDep) -> Deleted:
-        """Remove an ended job's artefacts (its logs, and its directory on the shared
-        storage). Its record stays until the ops cleanup deletes it."""
-        job = await simulation(jobs, job_id)
-        shown = state_name(job, DESIGN)
-        if job.status in OPEN:
-            raise JobConflict(f"job is {shown}; stop it first", id=job_id, status=shown)
-        log_store.remove(config.logs.root, job_id)
-        directory = job_dir(job_id)
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-        return Deleted(job_id=job_id, status=shown, artefacts_removed=True)
-
-    # -- the agent ------------------------------------------------------------------------
-
-    @routes.post(
-        "/api/agent/next-job",
-        response_model=Payload,
-        responses={204: {"description": "No job available"}},
+@router.get("/result/{job_id}", response_model=Resulted)
+async def result(job: SimulationJob, files: SharedFilesDep) -> Resulted:
+    """The job's result: what its worker reported, else `results/result.json`."""
+    found = job.result
+    if found is None:
+        found = files.read_json(job.id, "results", "result.json")
+    return Resulted(
+        job_id=job.id,
+        status=state_name(job, DESIGN),
+        exit_code=Status.of(job).exit_code,
+        result=found,
     )
-    async def next_job(
-        request: Request,
-        body: NextJobIn,
-        bridge: BridgeDep,
-        workers: WorkersDep,
-    ) -> Payload | Response:
-        """The next simulation for this worker: its own pinned ones, then any."""
-        await workers.seen(body.worker_id)
-        claimed = await bridge.claim(
-            body.worker_id,
-            [JOB_TYPE],
-            NEXT_JOB_WAIT_S,
-            gone=request.is_disconnected,
-            container_types=[JOB_TYPE],
-        )
-        if claimed is None:
-            return Response(status_code=status.HTTP_204_NO_CONTENT)
-        metrics.claims.inc()
-        if settings.queue_claim_ttl is not None:
-            bridge.expire_claim_after(claimed, settings.queue_claim_ttl)
-        return Payload.of(claimed)
 
-    @routes.post(
-        "/api/agent/job-status",
-        response_model=Reported,
-        responses={
-            404: {"description": "No such job"},
-            409: {"description": "Not a valid transition, or not this worker's job"},
-        },
-    )
-    async def job_status(
-        body: JobStatusIn, jobs: JobsDep, bridge: BridgeDep, workers: WorkersDep
-    ) -> Reported:
-        """A worker's status report; the same status again is accepted."""
-        await workers.seen(body.worker_id)
-        job = await simulation(jobs, body.job_id)
+
+# -- control -------------------------------------------------------------------------------
+
+
+@router.post("/stop/{job_id}", response_model=Status)
+async def stop(job: SimulationJob, jobs: JobsDep, by: ByDep) -> Status:
+    """A queued job is canceled; a dispatched or running one is asked to stop
+    (`stop_requested`), which its worker sees, then `stopped`."""
+    return Status.of(await jobs.stop(job.id, by=by))
+
+
+@router.delete("/job/{job_id}", response_model=Deleted)
+async def delete(job: SimulationJob, files: SharedFilesDep) -> Deleted:
+    """Remove an ended job's artefacts (its logs, and its directory on the shared
+    storage). Its record stays until the ops cleanup deletes it."""
+    shown = state_name(job, DESIGN)
+    if job.status in OPEN:
+        raise JobConflict(f"job is {shown}; stop it first", id=job.id, status=shown)
+    files.remove(job.id)
+    return Deleted(job_id=job.id, status=shown, artefacts_removed=True)
+
+
+# -- ops ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpsAsk:
+    """An ops action asked of a simulation, allowed from the state it is in."""
+
+    job: Job
+    reason: str | None
+
+
+class OpsFrom:
+    """The dependency of an ops action's route: the simulation the path names, if the
+    action takes a job from its state (OPS_FROM) or `force` (as a query parameter or in
+    the body) overrides; else a 409."""
+
+    def __init__(self, action: OpsAction) -> None:
+        self.action = action
+
+    async def __call__(
+        self, job: SimulationJob, body: OpsBody = None, force: bool = False
+    ) -> OpsAsk:
         shown = state_name(job, DESIGN)
-        if job.worker_id not in (None, body.worker_id):
-            raise JobConflict(f"job is held by worker {job.worker_id}", id=job.id, status=shown)
-        # Queued right after next-job: the claim is recorded, maybe not yet applied (the
-        # bridge waits for it, and refuses a worker that does not hold the job).
-        current = "dispatched" if shown == "queued" else shown
-        wanted = body.status
-        if wanted == current:
-            if wanted == "running":
-                await bridge.heartbeat(job.id, body.worker_id, body.progress)
-            return Reported(job_id=job.id, status=wanted)
-        if current not in REPORTS.get(wanted, ()):
+        allowed = OPS_FROM[self.action]
+        if not (force or (body is not None and body.force)) and shown not in allowed:
             raise JobConflict(
-                f"{current} -> {wanted} is not a valid transition", id=job.id, status=current
-            )
-        match wanted:
-            case "running":
-                await bridge.heartbeat(job.id, body.worker_id, body.progress)
-            case "stop_requested":
-                await jobs.stop(job.id)
-            case "stopped":
-                await bridge.fail(job.id, body.worker_id, "stopped")
-            case "finished":
-                found = body.result
-                if found is None:
-                    found = shared_json(job.id, "results", "result.json")
-                await bridge.result(job.id, body.worker_id, found, None, None)
-            case _:
-                await bridge.fail(job.id, body.worker_id, failure(body.exit_code, body.error))
-        return Reported(job_id=job.id, status=wanted)
-
-    @routes.post("/api/agent/heartbeat", response_model=HeartbeatAnswer)
-    async def agent_heartbeat(
-        body: AgentHeartbeatIn, workers: WorkersDep, config: ConfigDep
-    ) -> HeartbeatAnswer:
-        """The worker is alive; its `info` is kept and shown by `/hosts`: the keys of
-        jobforge's host telemetry checked, the design's own as sent. A worker heard of
-        the first time is registered."""
-        if not config.api.hosts.allows_worker(body.worker_id, None):
-            raise HostNotAvailable(body.worker_id, None)
-        own = set(HostInfo.model_fields) - {"extra"}
-        known: dict[str, JsonValue] = {k: v for k, v in body.info.items() if k in own}
-        others = {k: v for k, v in body.info.items() if k not in own}
-        try:
-            info = HostInfo.model_validate({**known, "extra": others or None})
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(part) for part in first["loc"] if part != "extra")
-            raise InvalidField(f"info.{where}" if where else "info", first["msg"]) from None
-        try:
-            await workers.heartbeat(body.worker_id, info)
-        except WorkerNotFound:
-            await workers.register(WorkerInfo(worker_id=body.worker_id, tags=[f"c{DESIGN}"]))
-            await workers.heartbeat(body.worker_id, info)
-        return HeartbeatAnswer(worker_id=body.worker_id, kept=sorted(body.info))
-
-    # -- ops --------------------------------------------------------------------------------
-
-    async def ops(
-        action: Literal["requeue", "fail", "cancel"],
-        job_id: str,
-        jobs: JobService,
-        body: OpsIn | None,
-        force: bool,
-        by: str | None,
-    ) -> Status:
-        job = await simulation(jobs, job_id)
-        shown = state_name(job, DESIGN)
-        forced = force or (body is not None and body.force)
-        if not forced and shown not in OPS_FROM[action]:
-            raise JobConflict(
-                f"{action} takes a job that is {' or '.join(OPS_FROM[action])} "
+                f"{self.action} takes a job that is {' or '.join(allowed)} "
                 f"(it is {shown}); force=true overrides",
-                id=job_id,
+                id=job.id,
                 status=shown,
             )
-        if action == "requeue":
-            return Status.of(await jobs.override(job_id, OPS_REQUEUE_UPDATE, by=by))
-        if action == "fail":
-            reason = (body.reason if body else None) or "failed by ops"
-            return Status.of(await jobs.override(job_id, OPS_FAIL_UPDATE, reason, by=by))
-        return Status.of(await jobs.stop(job_id, by=by))
+        return OpsAsk(job, body.reason if body else None)
 
-    def ops_route(action: Literal["requeue", "fail", "cancel"]) -> None:
-        async def endpoint(
-            job_id: JobId,
-            jobs: JobsDep,
-            by: OpsByDep,
-            body: Annotated[OpsIn | None, Body()] = None,
-            force: bool = False,
-        ) -> Status:
-            return await ops(action, job_id, jobs, body, force, by)
 
-        endpoint.__doc__ = f"Ops {action} (`force` as a query parameter or in the body)."
-        routes.add_api_route(
-            f"/ops/jobs/{{job_id}}/{action}",
-            endpoint,
-            methods=["POST"],
-            response_model=Status,
-            name=f"ops_{action}",
-        )
+# Each ops action's route takes its job through OpsFrom.
+RequeueAsk = Annotated[OpsAsk, Depends(OpsFrom("requeue"))]
+FailAsk = Annotated[OpsAsk, Depends(OpsFrom("fail"))]
+CancelAsk = Annotated[OpsAsk, Depends(OpsFrom("cancel"))]
 
-    ops_route("requeue")
-    ops_route("fail")
-    ops_route("cancel")
 
-    @routes.post("/ops/queue/cleanup", response_model=Cleaned)
-    async def cleanup(jobs: JobsDep, body: Annotated[CleanupIn | None, Body()] = None) -> Cleaned:
-        """Nothing in jobforge's queue can lack its job, so nothing is removed; with
-        `older_than_s`, ended simulations that old are deleted (the core's cleanup)."""
-        deleted = 0
-        if body is not None and body.older_than_s is not None:
-            deleted = await jobs.cleanup(body.older_than_s, [], JOB_TYPE)
-        return Cleaned(removed=0, deleted=deleted)
+@router.post("/ops/jobs/{job_id}/requeue", response_model=Status)
+async def ops_requeue(ask: RequeueAsk, jobs: JobsDep, by: OpsByDep) -> Status:
+    """Ops requeue (`force` as a query parameter or in the body)."""
+    return Status.of(await jobs.ops_requeue(ask.job.id, by=by))
 
-    return routes
+
+@router.post("/ops/jobs/{job_id}/fail", response_model=Status)
+async def ops_fail(ask: FailAsk, jobs: JobsDep, by: OpsByDep) -> Status:
+    """Ops fail (`force` as a query parameter or in the body)."""
+    return Status.of(await jobs.ops_fail(ask.job.id, ask.reason or "failed by ops", by=by))
+
+
+@router.post("/ops/jobs/{job_id}/cancel", response_model=Status)
+async def ops_cancel(ask: CancelAsk, jobs: JobsDep, by: OpsByDep) -> Status:
+    """Ops cancel (`force` as a query parameter or in the body)."""
+    return Status.of(await jobs.stop(ask.job.id, by=by))
+
+
+@router.post("/ops/queue/cleanup", response_model=QueueCleaned)
+async def cleanup(jobs: JobsDep, body: Annotated[CleanupIn | None, Body()] = None) -> QueueCleaned:
+    """Nothing in jobforge's queue can lack its job, so nothing is removed; with
+    `older_than_s`, ended simulations that old are deleted (the core's cleanup)."""
+    deleted = 0
+    if body is not None and body.older_than_s is not None:
+        deleted = await jobs.cleanup(body.older_than_s, [], JOB_TYPE)
+    return QueueCleaned(removed=0, deleted=deleted)

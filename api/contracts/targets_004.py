@@ -22,7 +22,6 @@ tenant's own task queues (docs/architecture.md, "Tenants").
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -30,10 +29,8 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, 
 from pydantic import BaseModel, Field, JsonValue
 
 from api.auth import ByDep
-from api.contracts.mounting import ContractSettings
 from api.contracts.units import iso
-from api.deps import GatesDep, JobsDep, Services
-from api.metrics_registry import Metrics
+from api.deps import GatesDep, JobsDep
 from api.routes.jobs import JobId
 from api.tenancy import EVERY, Scope, scope_of
 from workflows.contract_states import state_name
@@ -137,127 +134,124 @@ class TargetJob(BaseModel):
         )
 
 
-async def _job_of(jobs: JobsDep, tenant: TenantAccess, key: str, job_id: str) -> Job:
+async def job_on_target(target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep) -> Job:
+    """The job the path names, if it is a job of that target of the tenant (else a
+    404); as its workflow holds it, without its attempt's lease."""
     job = await jobs.get(job_id, tenant.reads)
-    if job.target != key:
+    if job.target != f"{tenant}/{target_id}":
         raise JobNotFound(job_id)
+    return job
+
+
+async def live_job_on_target(job: Annotated[Job, Depends(job_on_target)], jobs: JobsDep) -> Job:
+    """The target's job with its attempt's lease (one describe while it is held)."""
     return await jobs.live(job)
 
 
-def router(
-    _settings: ContractSettings, _metrics: Metrics, _services: Callable[[], Services]
-) -> APIRouter:
-    """004's routes (docs/contracts.md)."""
-    routes = APIRouter(tags=["004: tenant lease queue"])
+# A job of the path's target, checked; `Live…` with its lease, for the routes that show it.
+JobOnTarget = Annotated[Job, Depends(job_on_target)]
+LiveJobOnTarget = Annotated[Job, Depends(live_job_on_target)]
 
-    @routes.post(
-        "/targets/{target_id}/jobs",
-        status_code=status.HTTP_201_CREATED,
-        response_model=TargetJob,
+router = APIRouter(tags=["004: tenant lease queue"])
+
+
+@router.post(
+    "/targets/{target_id}/jobs",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TargetJob,
+)
+async def create_job(
+    target_id: TargetId, tenant: Tenant, spec: JobSpec, jobs: JobsDep, by: ByDep
+) -> TargetJob:
+    """Queue a job on the target: a jobforge job body, whose `target` comes from the
+    path; it runs once (an ERROR is not retried; resume runs it again)."""
+    key = f"{tenant}/{target_id}"
+    if spec.target is not None and spec.target != key:
+        raise InvalidField("target", f"is set by the path ({key})")
+    if spec.max_attempts != 1 and "max_attempts" in spec.model_fields_set:
+        raise InvalidField("max_attempts", "a 004 job runs once (resume runs it again)")
+    # A cancel while the job is assigned (shown RUNNING) interrupts it as while it
+    # runs: stop_requested until its worker ends it, then PAUSED.
+    if spec.tenant is not None and spec.tenant != tenant.name:
+        raise TenantForbidden("tenant", spec.tenant, tenant.name)
+    job = await jobs.submit(
+        spec.model_copy(
+            update={
+                "target": key,
+                "max_attempts": 1,
+                "stop_claimed": True,
+                "tenant": tenant.name,
+            }
+        ),
+        by=by,
     )
-    async def create_job(
-        target_id: TargetId, tenant: Tenant, spec: JobSpec, jobs: JobsDep, by: ByDep
-    ) -> TargetJob:
-        """Queue a job on the target: a jobforge job body, whose `target` comes from the
-        path; it runs once (an ERROR is not retried; resume runs it again)."""
-        key = f"{tenant}/{target_id}"
-        if spec.target is not None and spec.target != key:
-            raise InvalidField("target", f"is set by the path ({key})")
-        if spec.max_attempts != 1 and "max_attempts" in spec.model_fields_set:
-            raise InvalidField("max_attempts", "a 004 job runs once (resume runs it again)")
-        # A cancel while the job is assigned (shown RUNNING) interrupts it as while it
-        # runs: stop_requested until its worker ends it, then PAUSED.
-        if spec.tenant is not None and spec.tenant != tenant.name:
-            raise TenantForbidden("tenant", spec.tenant, tenant.name)
-        job = await jobs.submit(
-            spec.model_copy(
-                update={
-                    "target": key,
-                    "max_attempts": 1,
-                    "stop_claimed": True,
-                    "tenant": tenant.name,
-                }
-            ),
-            by=by,
+    return TargetJob.of(job)
+
+
+@router.get("/targets/{target_id}/jobs", response_model=list[TargetJob])
+async def list_jobs(
+    target_id: TargetId,
+    tenant: Tenant,
+    jobs: JobsDep,
+    response: Response,
+    limit: Annotated[int, Query(ge=1)] = 50,
+    page_token: str | None = None,
+) -> list[TargetJob]:
+    """The target's jobs, newest first; `Next-Page-Token` names the next page. A
+    held job's lease is read as GET reads it (one call per held job: a serial
+    target holds at most one)."""
+    page = await jobs.list_jobs(
+        None,
+        None,
+        limit=limit,
+        page_token=page_token,
+        target=f"{tenant}/{target_id}",
+        scope=tenant.reads,
+    )
+    if page.next_page_token:
+        response.headers["Next-Page-Token"] = page.next_page_token
+    shown = await asyncio.gather(*(jobs.live(job) for job in page.jobs))
+    return [TargetJob.of(job) for job in shown]
+
+
+@router.get("/targets/{target_id}/jobs/{job_id}", response_model=TargetJob)
+async def get_job(job: LiveJobOnTarget) -> TargetJob:
+    """One job of the target, with its lease."""
+    return TargetJob.of(job)
+
+
+# The design's paths end in a slash; the same paths without it work too (not in the
+# schema).
+@router.post("/targets/{target_id}/jobs/{job_id}/cancel/", response_model=TargetJob)
+@router.post(
+    "/targets/{target_id}/jobs/{job_id}/cancel", response_model=TargetJob, include_in_schema=False
+)
+async def cancel_job(job: JobOnTarget, jobs: JobsDep, by: ByDep) -> TargetJob:
+    """Cancel a queued job (CANCELED), or interrupt a RUNNING one, assigned or
+    running (PAUSED; the target halts until the job is resumed)."""
+    return TargetJob.of(await jobs.stop(job.id, by=by))
+
+
+@router.post("/targets/{target_id}/jobs/{job_id}/resume/", response_model=TargetJob)
+@router.post(
+    "/targets/{target_id}/jobs/{job_id}/resume", response_model=TargetJob, include_in_schema=False
+)
+async def resume_job(job: JobOnTarget, jobs: JobsDep, gates: GatesDep, by: ByDep) -> TargetJob:
+    """Re-queue a PAUSED or ERROR job that halted its target; it runs first."""
+    key = job.target or ""
+    shown = state_name(job, DESIGN)
+    if shown not in ("PAUSED", "ERROR"):
+        raise JobConflict(
+            f"only a PAUSED or ERROR job can be resumed (status {shown})",
+            id=job.id,
+            status=shown,
         )
-        return TargetJob.of(job)
-
-    @routes.get("/targets/{target_id}/jobs", response_model=list[TargetJob])
-    async def list_jobs(
-        target_id: TargetId,
-        tenant: Tenant,
-        jobs: JobsDep,
-        response: Response,
-        limit: Annotated[int, Query(ge=1)] = 50,
-        page_token: str | None = None,
-    ) -> list[TargetJob]:
-        """The target's jobs, newest first; `Next-Page-Token` names the next page. A
-        held job's lease is read as GET reads it (one call per held job: a serial
-        target holds at most one)."""
-        page = await jobs.list_jobs(
-            None,
-            None,
-            limit=limit,
-            page_token=page_token,
-            target=f"{tenant}/{target_id}",
-            scope=tenant.reads,
+    target = await gates.target(key)
+    if target.halted_by != job.id:
+        raise JobConflict(
+            f"job {job.id} does not halt target {key} (halted by {target.halted_by})",
+            id=job.id,
+            status=shown,
         )
-        if page.next_page_token:
-            response.headers["Next-Page-Token"] = page.next_page_token
-        shown = await asyncio.gather(*(jobs.live(job) for job in page.jobs))
-        return [TargetJob.of(job) for job in shown]
-
-    @routes.get("/targets/{target_id}/jobs/{job_id}", response_model=TargetJob)
-    async def get_job(
-        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep
-    ) -> TargetJob:
-        """One job of the target, with its lease."""
-        return TargetJob.of(await _job_of(jobs, tenant, f"{tenant}/{target_id}", job_id))
-
-    async def cancel_job(
-        target_id: TargetId, job_id: JobId, tenant: Tenant, jobs: JobsDep, by: ByDep
-    ) -> TargetJob:
-        """Cancel a queued job (CANCELED), or interrupt a RUNNING one, assigned or
-        running (PAUSED; the target halts until the job is resumed)."""
-        await _job_of(jobs, tenant, f"{tenant}/{target_id}", job_id)
-        return TargetJob.of(await jobs.stop(job_id, by=by))
-
-    async def resume_job(
-        target_id: TargetId,
-        job_id: JobId,
-        tenant: Tenant,
-        jobs: JobsDep,
-        gates: GatesDep,
-        by: ByDep,
-    ) -> TargetJob:
-        """Re-queue a PAUSED or ERROR job that halted its target; it runs first."""
-        key = f"{tenant}/{target_id}"
-        job = await _job_of(jobs, tenant, key, job_id)
-        shown = state_name(job, DESIGN)
-        if shown not in ("PAUSED", "ERROR"):
-            raise JobConflict(
-                f"only a PAUSED or ERROR job can be resumed (status {shown})",
-                id=job_id,
-                status=shown,
-            )
-        target = await gates.target(key)
-        if target.halted_by != job_id:
-            raise JobConflict(
-                f"job {job_id} does not halt target {key} (halted by {target.halted_by})",
-                id=job_id,
-                status=shown,
-            )
-        await gates.resume_target(key, TargetResume(job="retry"), by)
-        return TargetJob.of(await jobs.get(job_id))
-
-    # The design's paths end in a slash; the same paths without it work too.
-    for path, endpoint in (("cancel", cancel_job), ("resume", resume_job)):
-        for slash in ("/", ""):
-            routes.add_api_route(
-                f"/targets/{{target_id}}/jobs/{{job_id}}/{path}{slash}",
-                endpoint,
-                methods=["POST"],
-                response_model=TargetJob,
-                include_in_schema=bool(slash),
-            )
-    return routes
+    await gates.resume_target(key, TargetResume(job="retry"), by)
+    return TargetJob.of(await jobs.get(job.id))

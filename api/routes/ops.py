@@ -13,7 +13,6 @@ from api.auth import OpsByDep
 from api.deps import Authorized, JobsDep, ScopeDep
 from workflows.job_states import ENDED, JobStatus
 from workflows.models import TYPE_PATTERN, Job
-from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
 
 router = APIRouter(prefix="/api/ops", tags=["ops"], dependencies=[Authorized])
 
@@ -59,13 +58,13 @@ async def requeue(job_id: JobId, jobs: JobsDep, scope: ScopeDep, by: OpsByDep) -
     """From any state but completed: a running attempt is ended (its solver killed) and
     a new one started; a quarantined or stopped job that is still open (of a group or
     target) comes back to `pending`. Same id; attempts and fail_history go on."""
-    return await jobs.override(job_id, OPS_REQUEUE_UPDATE, scope=scope, by=by)
+    return await jobs.ops_requeue(job_id, scope, by)
 
 
 @router.post("/jobs/{job_id}/fail", response_model=Job)
 async def fail(job_id: JobId, body: FailBody, jobs: JobsDep, scope: ScopeDep, by: OpsByDep) -> Job:
     """End a job that has not ended `quarantined` at once, with `reason`."""
-    return await jobs.override(job_id, OPS_FAIL_UPDATE, body.reason, scope=scope, by=by)
+    return await jobs.ops_fail(job_id, body.reason, scope, by)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=Job, status_code=status.HTTP_202_ACCEPTED)

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.contracts.targets_004 import SEGMENT
 from api.deps import Authorized, TokensDep
 from workflows.errors import InvalidField
+from workflows.models import TENANT_PATTERN
 from workflows.token_models import Role, TokenRecord
 
 router = APIRouter(prefix="/api/tokens", tags=["tokens"], dependencies=[Authorized])
@@ -23,7 +23,7 @@ class TokenRequest(BaseModel):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")
     role: Role
     tenant: str | None = Field(
-        default=None, pattern=SEGMENT, description="Its tenant; none for every tenant"
+        default=None, pattern=TENANT_PATTERN, description="Its tenant; none for every tenant"
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from api.contracts.mounting import ContractSettings
+from api.contract_settings import ContractSettings
 from tests.conftest import Api
 from workflows.contract_states import STATE_NAMES, Phase, names
 

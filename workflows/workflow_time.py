@@ -1,0 +1,12 @@
+"""Time in workflow code: the workflow's own clock (`workflow.now()`: the time of the
+task being run, the same on every replay), never the wall clock, which is
+engine/clock.py's, for code outside workflows."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+
+def workflow_now_ms() -> int:
+    """The workflow's time, in milliseconds since the epoch (the spec's unit)."""
+    return int(workflow.now().timestamp() * 1000)
