@@ -14,6 +14,7 @@ from api.agent_bridge import Bridge
 from api.auth import require_token
 from api.event_feed import EventFeed
 from api.gate_service import GateService
+from api.job_batch import JobBatches
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
@@ -39,6 +40,7 @@ class Services:
     feed: EventFeed
     gates: GateService
     tokens: TokenTable
+    batches: JobBatches
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,11 @@ def _services(request: Request) -> Services:
 def get_jobs(request: Request) -> JobService:
     """The job service."""
     return _services(request).jobs
+
+
+def get_batches(request: Request) -> JobBatches:
+    """Bulk submit."""
+    return _services(request).batches
 
 
 def get_gates(request: Request) -> GateService:
@@ -103,6 +110,7 @@ def get_config(request: Request) -> Config:
 
 
 JobsDep = Annotated[JobService, Depends(get_jobs)]
+BatchesDep = Annotated[JobBatches, Depends(get_batches)]
 GatesDep = Annotated[GateService, Depends(get_gates)]
 ViewsDep = Annotated[JobViews, Depends(get_views)]
 BridgeDep = Annotated[Bridge, Depends(get_bridge)]

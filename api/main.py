@@ -20,6 +20,7 @@ from api.contracts.mounting import ContractSettings
 from api.deps import Config, Services
 from api.event_feed import EventFeed, FeedSettings
 from api.gate_service import GateService
+from api.job_batch import JobBatches
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
@@ -119,6 +120,7 @@ def create_app(
                 client, temporal, gates, job_service.cancel, settings.metrics_cache_ms
             ),
             tokens=token_table,
+            batches=JobBatches(job_service, settings.batch_concurrency),
         )
         token_table.start()
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
