@@ -332,3 +332,20 @@ def test_submit_from_stdin_prints_one_id_per_line_and_exits_0(
     ids = result.stdout.split()
     assert len(set(ids)) == 5
     listed_exactly(quiet_api.http, job_type, set(ids))
+
+
+def test_submit_from_a_file_with_a_type_or_a_job_option_or_no_file_exits_2(
+    quiet_api: Api, job_type: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(json.dumps({"type": job_type}) + "\n")
+
+    with_type = jobforge(quiet_api.url, "submit", job_type, "--from-file", str(path))
+    with_option = jobforge(quiet_api.url, "submit", "--priority", "3", "--from-file", str(path))
+    missing = jobforge(quiet_api.url, "submit", "--from-file", str(tmp_path / "nope.jsonl"))
+
+    assert with_type.returncode == with_option.returncode == missing.returncode == 2
+    assert "TYPE" in with_type.stderr
+    assert "--priority" in with_option.stderr
+    assert "nope.jsonl" in missing.stderr
+    listed_exactly(quiet_api.http, job_type, set())
