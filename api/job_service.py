@@ -249,8 +249,8 @@ class JobService:
                 "Idempotency-Key was already used with a different job body", id=job_id
             )
         if not made and not joins and admitted.later and existing.status in OPEN:
-            # What a joining start does for a running job: its place at the gates (a
-            # gate takes a job's place once).
+            # What a joining start does for a running job with a key used again: its
+            # place at the gates, asked again.
             await self._gates.enqueue(job_id, spec, created, admitted.later)
         return Submission(existing, made and not joins)
 

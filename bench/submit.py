@@ -13,7 +13,10 @@ other round, so drift of the box weighs on each alike):
 
 - single: `POST /api/jobs`, `--concurrency` requests in flight (by default as many as
   the API starts at once for a batch, API_BATCH_CONCURRENCY);
-- batch 100 and batch 1000: `POST /api/jobs/batch`, one batch in flight.
+- batch 100 and batch 1000: `POST /api/jobs/batch`, one batch in flight;
+- bare start: the engine's floor, workflows with no input, search attributes or memo
+  started straight from a Temporal client in this process, as many at once as the API
+  starts for a batch. No batch can be faster than this.
 
 Items carry no `id` (a key costs nothing more on a new job: see docs/api.md). Printed
 per mode: accepted jobs/s and CPU ms per job of the dev server, the API and this
@@ -27,14 +30,17 @@ import asyncio
 import os
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 
 import httpx
+from temporalio.client import Client
 
 from bench.harness import (
     Bench,
     CpuMeter,
     api_client,
+    connect_when_healthy,
     exit_now,
     load_average,
     parse,
@@ -43,7 +49,8 @@ from bench.harness import (
 )
 
 JOB_TYPE = "bench-unserved"
-MODES = ("single", "batch 100", "batch 1000")
+MODES = ("single", "batch 100", "batch 1000", "bare start")
+BARE_QUEUE = "bench-bare-unserved"
 
 
 async def singles(http: httpx.AsyncClient, count: int, concurrency: int) -> None:
@@ -73,15 +80,29 @@ async def batches(http: httpx.AsyncClient, count: int, size: int) -> None:
             raise RuntimeError(f"batch of {len(jobs)} made {answer['created']}: {answer}")
 
 
+async def bare_starts(client: Client, count: int, concurrency: int) -> None:
+    """The engine's floor: `count` starts of a workflow with no input, search attributes
+    or memo, straight from the Temporal client, `concurrency` at once (no API, no HTTP)."""
+    starts = asyncio.Semaphore(concurrency)
+
+    async def start() -> None:
+        async with starts:
+            await client.start_workflow("BareNothing", id=uuid.uuid4().hex, task_queue=BARE_QUEUE)
+
+    await asyncio.gather(*(start() for _ in range(count)))
+
+
 async def run(bench: Bench) -> None:
     """Every mode, `--rounds` times; the figures."""
     args = bench.args
     api, port = bench.start_api(API_BATCH_CONCURRENCY=str(args.batch_concurrency))
     meter = CpuMeter({"temporal": bench.server_pid(), "api": api.process.pid, "bench": os.getpid()})
+    client = await connect_when_healthy(bench.server.address)
     submitters: dict[str, Callable[[httpx.AsyncClient, int], Awaitable[None]]] = {
         "single": lambda http, n: singles(http, n, args.concurrency),
         "batch 100": lambda http, n: batches(http, n, 100),
         "batch 1000": lambda http, n: batches(http, n, 1000),
+        "bare start": lambda _, n: bare_starts(client, n, args.batch_concurrency),
     }
     seconds = dict.fromkeys(MODES, 0.0)
     cpu = {mode: dict.fromkeys(meter.pids, 0.0) for mode in MODES}
@@ -89,6 +110,7 @@ async def run(bench: Bench) -> None:
         # Warm-up (not timed): connections, the type's registration, the server's caches.
         await singles(http, 50, min(args.concurrency, 10))
         await batches(http, 200, 100)
+        await bare_starts(client, 50, args.batch_concurrency)
         for round_ in range(args.rounds):
             order = MODES if round_ % 2 == 0 else tuple(reversed(MODES))
             for mode in order:
@@ -104,6 +126,8 @@ async def run(bench: Bench) -> None:
     for mode in MODES:
         per_job = ", ".join(f"{name} {1000 * used / jobs:.2f}" for name, used in cpu[mode].items())
         print(f"{mode:>10}: {rates[mode]:7.1f} jobs/s accepted; CPU ms per job: {per_job}")
+    floor = rates["batch 1000"] / rates["bare start"]
+    print(f"batch 1000 / bare start (the engine's floor): {floor:.2f}")
     print(f"batch 100 / single: {rates['batch 100'] / rates['single']:.2f}")
     print(f"batch ratio: {rates['batch 1000'] / rates['single']:.2f}")
 
