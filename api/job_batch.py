@@ -113,11 +113,6 @@ class _Item:
     key: str | None
 
 
-def _prefix(index: int, field: str | None) -> str:
-    where = f"jobs[{index}]"
-    return f"{where}.{field}" if field and field != "body" else where
-
-
 def _refused(index: int, code: int, message: str, field: str | None, **extra: Any) -> BatchItem:
     """An item's error, its field named as in the batch (`jobs[3].priority`); `field`
     None or "body": the item as a whole."""
