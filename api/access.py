@@ -37,6 +37,8 @@ ROUTES: dict[str, Access] = {
     # Jobs. The 002 daemon reads its runs, and moves its workspace's legacy runs (a
     # submit under its own type, then a cancel of the old job).
     "POST /api/jobs": WRITE_OR_WORK,
+    # Bulk submit: producers (the daemon moves its runs one at a time, above).
+    "POST /api/jobs/batch": WRITE,
     "GET /api/jobs": READ_OR_WORK,
     "GET /api/jobs/{job_id}": READ_OR_WORK,
     "DELETE /api/jobs/{job_id}": WRITE_OR_WORK,

@@ -15,6 +15,7 @@ from api.auth import require_token
 from api.contract_settings import ContractSettings
 from api.event_feed import EventFeed
 from api.gate_service import GateService
+from api.job_batch import JobBatches
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
@@ -42,6 +43,7 @@ class Services:
     gates: GateService
     tokens: TokenTable
     schedules: ScheduleService
+    batches: JobBatches
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,11 @@ def get_client(request: Request) -> Client:
 def get_jobs(request: Request) -> JobService:
     """The job service."""
     return _services(request).jobs
+
+
+def get_batches(request: Request) -> JobBatches:
+    """Bulk submit."""
+    return _services(request).batches
 
 
 def get_gates(request: Request) -> GateService:
@@ -118,6 +125,7 @@ def get_config(request: Request) -> Config:
 
 ClientDep = Annotated[Client, Depends(get_client)]
 JobsDep = Annotated[JobService, Depends(get_jobs)]
+BatchesDep = Annotated[JobBatches, Depends(get_batches)]
 GatesDep = Annotated[GateService, Depends(get_gates)]
 SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
 ViewsDep = Annotated[JobViews, Depends(get_views)]

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Route
 from temporalio.service import RPCError, RPCStatusCode
@@ -108,6 +109,12 @@ def _message(error: Any) -> str:
         detail = f": {ctx['error']}" if ctx.get("error") else ""
         return f"{message}{detail}{where}"
     return message
+
+
+def validation_problem(err: ValidationError) -> tuple[str, str]:
+    """The field and message of a model's first validation error, as a 422 names them."""
+    first = err.errors()[0]
+    return _field(first.get("loc", ()), first.get("type")), _message(first)
 
 
 def _allowed(request: Request) -> str:

@@ -92,6 +92,16 @@ CLEANUP_MAX = 1000
 LIST_LIMIT_MAX = 500
 
 
+@dataclass(frozen=True)
+class Submission:
+    """A submitted job, and whether this submission made it (False: its key named a
+    job that was there; a keyed submission with a read-back cannot tell, and says
+    False)."""
+
+    job: Job
+    made: bool
+
+
 @dataclass
 class JobList:
     """A page of jobs and the token of the next one."""
@@ -161,7 +171,21 @@ class JobService:
     ) -> Job:
         """Start a JobWorkflow; with a key, the same key and body give the same job.
         `spec.tenant` is the job's tenant as the caller's scope stamped it; `by`, the
-        caller, is on its first transition."""
+        caller, is on its first transition. A keyed job is read back from its workflow."""
+        submitted = await self.submit_one(spec, idempotency_key, by, read_back=True)
+        return submitted.job
+
+    async def submit_one(
+        self,
+        spec: JobSpec,
+        idempotency_key: str | None = None,
+        by: str | None = None,
+        *,
+        read_back: bool,
+    ) -> Submission:
+        """`submit`, saying whether this call made the job. `read_back=False` (a
+        batch): a keyed job this call made is answered as it starts, without a query;
+        one that existed is read back and compared, as always."""
         queue, preferred_queue = await self.check(spec)
         job_id = job_id_for_key(idempotency_key, spec.tenant) if idempotency_key else new_job_id()
         created = now_ms()
@@ -184,30 +208,41 @@ class JobService:
                 raise PoolFull(spec.pool, refused.reason or "pool_full", refused.retry_after_s)
         inp = self._job_input(job_id, spec, created, (queue, preferred_queue), admitted, by=by)
         job = pending_job(inp)
+        # Without a read-back, a keyed start fails on an existing job instead of joining
+        # it: that failure is how the call tells a job it made from one that was there.
+        joins = read_back or not idempotency_key
         start = self._start(
             inp,
             job,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING
+            if joins
+            else WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
+        made = True
         try:
             await asyncio.gather(start, self._register_type(spec.type))
         except WorkflowAlreadyStartedError:
             if not idempotency_key:
                 raise
+            made = False
         else:
             if admitted.later:
                 # Its place at the gates after the one that queued it, in submission
                 # order.
                 await self._gates.enqueue(job_id, spec, created, admitted.later)
-        if idempotency_key:
-            existing = await self.get(job_id)
-            if JobSpec.model_validate(existing.model_dump(include=SPEC_FIELDS)) != spec:
-                raise JobConflict(
-                    "Idempotency-Key was already used with a different job body", id=job_id
-                )
-            return existing
-        return job
+        if not idempotency_key or (made and not read_back):
+            return Submission(job, made)
+        existing = await self.get(job_id)
+        if JobSpec.model_validate(existing.model_dump(include=SPEC_FIELDS)) != spec:
+            raise JobConflict(
+                "Idempotency-Key was already used with a different job body", id=job_id
+            )
+        if not made and not joins and admitted.later and existing.status in OPEN:
+            # What a joining start does for a running job with a key used again: its
+            # place at the gates, asked again.
+            await self._gates.enqueue(job_id, spec, created, admitted.later)
+        return Submission(existing, made and not joins)
 
     async def check(self, spec: JobSpec, prefix: str = "") -> tuple[str, str | None]:
         """What a job must pass before it is made (a 422 naming the field, after

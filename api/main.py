@@ -21,6 +21,7 @@ from api.contracts import mounting
 from api.deps import Config, Services
 from api.event_feed import EventFeed, FeedSettings
 from api.gate_service import GateService
+from api.job_batch import JobBatches
 from api.job_service import JobService
 from api.job_views import JobViews
 from api.metrics_registry import Metrics
@@ -126,6 +127,7 @@ def create_app(
             ),
             tokens=token_table,
             schedules=ScheduleService(client, temporal, job_service),
+            batches=JobBatches(job_service, settings.batch_concurrency),
         )
         token_table.start()
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)

@@ -6,6 +6,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from api.job_batch import BatchItemSpec
+
 _ERROR_REF = {"$ref": "#/components/schemas/Error"}
 _ERROR_SCHEMA: dict[str, Any] = {
     "title": "Error",
@@ -37,6 +39,15 @@ _VALIDATION_SCHEMA: dict[str, Any] = {
 }
 
 
+def _batch_item(schemas: dict[str, Any]) -> None:
+    """The schema of a batch's item (`BatchRequest.jobs` refers to it; the route reads
+    items as plain JSON, so FastAPI does not list it)."""
+    item = BatchItemSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+    for name, sub in item.pop("$defs", {}).items():
+        schemas.setdefault(name, sub)
+    schemas["BatchItemSpec"] = item
+
+
 def document(app: FastAPI) -> None:
     """Make /openapi.json describe the error answers the handlers above really give.
 
@@ -55,7 +66,10 @@ def document(app: FastAPI) -> None:
         schemas["HTTPValidationError"] = _VALIDATION_SCHEMA
         schemas.pop("ValidationError", None)
         schemas["Error"] = _ERROR_SCHEMA
+        _batch_item(schemas)
         for path, item in schema.get("paths", {}).items():
+            # A batch answers each item's conflict in its 200, never as a whole.
+            batch = path == "/api/jobs/batch"
             for method, operation in item.items():
                 responses = operation.setdefault("responses", {})
 
@@ -96,7 +110,7 @@ def document(app: FastAPI) -> None:
                     add("409", "The job's state does not allow a stop (see the message)")
                 if path.startswith("/api/targets/") and method == "post":
                     add("409", "The halting job can no longer be retried")
-                if method in ("post", "delete") and path.startswith("/api/jobs"):
+                if method in ("post", "delete") and path.startswith("/api/jobs") and not batch:
                     add("409", "Conflicts with the job's state or an earlier request")
                 if method in ("post", "put", "patch"):
                     add("413", "Body larger than MAX_BODY_BYTES")

@@ -79,6 +79,12 @@ class ApiSettings(BaseSettings):
     tokens_use_flush_s: float = Field(
         default=30.0, ge=0.1, le=3600, validation_alias="TOKENS_USE_FLUSH_S"
     )
+    # `POST /api/jobs/batch`: jobs this replica starts at once for all batches together
+    # (each start waits for a place), so batches queue behind one another and a single
+    # POST never waits behind a batch's thousand starts.
+    batch_concurrency: int = Field(
+        default=32, ge=1, le=1000, validation_alias="API_BATCH_CONCURRENCY"
+    )
     temporal_retry_ms: int = Field(
         default=2000, ge=0, le=60_000, validation_alias="API_TEMPORAL_RETRY_MS"
     )

@@ -361,7 +361,9 @@ def test_help_names_values_by_metavar_not_by_python_type(command: str) -> None:
 
     assert not re.search(r"<\w+>|\{\w+\}", out), out
     if command == "submit":
-        assert re.search(r"Usage: jobforge submit \[OPTIONS\] TYPE\s", out), out
+        # TYPE, or --from-file instead of it.
+        assert re.search(r"Usage: jobforge submit \[OPTIONS\] \[TYPE\]\s", out), out
+        assert re.search(r"--from-file\s+PATH\s", out), out
         assert re.search(r"--params\s+JSON\s", out), out
         assert re.search(r"--solver-checksum\s+SHA256\s", out), out
     if command == "dev":

@@ -124,16 +124,21 @@ class HubClient:
     def __exit__(self, *_: object) -> None:
         self._http.close()
 
-    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One request; an error answer or an unreachable API raises `HubError`."""
+    def call(
+        self, method: str, path: str, *, replay: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """One request; an error answer or an unreachable API raises `HubError`. `replay`:
+        sending it twice does no harm, whatever its method."""
         try:
-            response = self._request(method, path, **kwargs)
+            response = self._request(method, path, replay=replay, **kwargs)
         except httpx.HTTPError as err:
             raise HubUnreachableError(f"cannot reach {self._settings.base_url}: {err}") from err
         self._check(response)
         return response
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, *, replay: bool = False, **kwargs: Any
+    ) -> httpx.Response:
         try:
             return self._http.request(method, path, **kwargs)
         except (httpx.RemoteProtocolError, httpx.ReadError):
@@ -141,7 +146,7 @@ class HubClient:
             # closed as the request went out (its keep-alive ran out). A request that
             # does no harm twice is sent again, once, on a new connection; any other
             # may have been carried out, so its caller hears of the failure.
-            if not replayable(method, kwargs.get("headers")):
+            if not (replay or replayable(method, kwargs.get("headers"))):
                 raise
             return self._http.request(method, path, **kwargs)
 
@@ -177,6 +182,18 @@ class HubClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         job_id: str = self.call("POST", "/api/jobs", json=body, headers=headers).json()["id"]
         return job_id
+
+    def submit_batch(self, jobs: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+        """POST /api/jobs/batch: every item's answer (`results`, in order) and totals. Sent
+        again, once, if the connection broke: items with an `id` make nothing twice."""
+        answer: dict[str, Any] = self.call(
+            "POST",
+            "/api/jobs/batch",
+            json={"jobs": jobs},
+            timeout=timeout_s,
+            replay=all("id" in job for job in jobs),
+        ).json()
+        return answer
 
     def job_json(self, job_id: str) -> dict[str, Any]:
         """GET /api/jobs/{id} as the API sent it."""

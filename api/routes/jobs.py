@@ -9,7 +9,8 @@ from pydantic import BaseModel
 from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.auth import ByDep
-from api.deps import Authorized, GatesDep, JobsDep, MetricsDep, ScopeDep
+from api.deps import Authorized, BatchesDep, GatesDep, JobsDep, MetricsDep, ScopeDep
+from api.job_batch import BATCH_MAX, BatchAnswer, BatchRequest
 from api.job_service import LIST_LIMIT_MAX
 from workflows.job_states import CountKind, JobStatus
 from workflows.models import (
@@ -37,7 +38,7 @@ StatusFilter = Annotated[
 # Routes of their own under /api/jobs/. A job id path segment never takes these names, so
 # each such path is served by its own route for every method: `DELETE /api/jobs/counts`
 # is a 405, and the `Allow` of `OPTIONS /api/jobs/counts` names only that route's methods.
-RESERVED_JOB_PATHS = ("claim", "counts", "events", "page")
+RESERVED_JOB_PATHS = ("batch", "claim", "counts", "events", "page")
 
 
 class JobIdConvertor(StringConvertor):
@@ -79,6 +80,35 @@ async def submit_job(
     job = await jobs.submit(scope.stamp(spec), idempotency_key, by)
     metrics.submissions.inc()
     return Submitted(id=job.id, status=job.status)
+
+
+@router.post(
+    "/batch",
+    response_model=BatchAnswer,
+    response_model_exclude_none=True,
+    responses={
+        200: {"description": "Every item's answer, in order: its job, or its own error"},
+        422: {
+            "description": f"`jobs` missing, empty or over {BATCH_MAX} items (named)",
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
+            },
+        },
+    },
+)
+async def submit_batch(
+    body: BatchRequest, batches: BatchesDep, metrics: MetricsDep, scope: ScopeDep, by: ByDep
+) -> BatchAnswer:
+    """Enqueue up to 1,000 jobs at once (docs/api.md, "Batches"). 200 whatever
+    each item's fate: an item is answered `{index, id, status, created}`, or `{index,
+    code, error, field}` with the status and message `POST /api/jobs` would have given
+    it (its field named `jobs[3].priority`); a refused item makes nothing, the others
+    are made. An item's `id` is its idempotency key (`Idempotency-Key`): a retried batch
+    makes nothing twice; a later item with an earlier one's `id` is answered with that
+    item's job (`duplicate_of`), or a 409 if its body differs."""
+    answer = await batches.submit(body.jobs, scope, by)
+    metrics.submissions.inc(answer.created)
+    return answer
 
 
 @router.get(
