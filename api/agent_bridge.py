@@ -29,7 +29,12 @@ from temporalio.api.workflowservice.v1 import (
     PollActivityTaskQueueRequest,
     PollActivityTaskQueueResponse,
 )
-from temporalio.client import AsyncActivityCancelledError, AsyncActivityHandle, Client
+from temporalio.client import (
+    AsyncActivityCancelledError,
+    AsyncActivityHandle,
+    Client,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -38,12 +43,18 @@ from api.tenancy import EVERY, Scope
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings
 from engine.hosts import HostSettings
-from workflows.errors import ErrorType, Failure, HostNotAvailable, JobConflict, JobNotFound
+from workflows.errors import (
+    ErrorType,
+    Failure,
+    HostNotAvailable,
+    JobConflict,
+    TemporalUnavailable,
+)
 from workflows.job_states import CLAIMED, JobStatus
 from workflows.models import AttemptInput, AttemptReport, AttemptResult, ClaimedJob, Job, Progress
 from workflows.names import (
     BRIDGE_IDENTITY_PREFIX,
-    CLAIM_UPDATE,
+    CLAIM_JOB_UPDATE,
     REPORT_SIGNAL,
     attempt_activity_id,
 )
@@ -54,8 +65,8 @@ POLL_RPC_TIMEOUT = timedelta(seconds=75)
 MAX_POLLS_PER_QUEUE = 4
 # How long a task that arrived after its claimer left waits for the next claimer.
 HOLD_S = 1.0
-# How long a call for a just-claimed job waits for the workflow to apply the claim.
-CLAIM_APPLY_WAIT_S = 2.0
+# How long a claim waits for the job's workflow to answer before it hands the task back.
+CLAIM_UPDATE_TIMEOUT = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -264,46 +275,46 @@ class Bridge:
     async def _hand_over(
         self, worker_id: str, task: PollActivityTaskQueueResponse, host: str
     ) -> ClaimedJob | None:
-        """Record the claim in the job's workflow; None if the job no longer wants it."""
+        """Record the claim in the job's workflow; None if the job no longer wants it.
+
+        One update, which answers with the job as the claim left it: no read before it,
+        and nothing recorded unless it answers. A claim that fails, or that the job
+        refuses (a pause recalled the attempt, the job was cancelled), hands the task
+        back as `claim_abandoned`, which the job does not count.
+        """
         (inp,) = await self._client.data_converter.decode(task.input.payloads, [AttemptInput])
         assert isinstance(inp, AttemptInput)
-        claimed_at = now_ms()
         report = AttemptReport(
             attempt=inp.attempt,
             worker_id=worker_id,
             phase="assigned",
-            claimed_at=claimed_at,
+            claimed_at=now_ms(),
             host=host,
         )
         workflow = self._client.get_workflow_handle(inp.job_id)
         try:
-            # The whole job for the answer, read first (a query: no history event), so
-            # a read that fails hands the task back before anything is recorded.
-            job = await self._jobs.get(inp.job_id)
-            if inp.claim_first:
-                # A grouped job: asked, in order with a pause's recall.
-                if not await workflow.execute_update(CLAIM_UPDATE, report, result_type=bool):
-                    await self._abandon(task)
-                    return None
-            else:
-                # A signal, not an update: it is durable when this returns, and the
-                # claimer gets the job one workflow task sooner; `_held_by` covers the
-                # moment before the workflow has applied it.
-                await workflow.signal(REPORT_SIGNAL, report)
-        except JobNotFound:
-            await self._abandon(task)
-            return None  # the job closed meanwhile
+            job = await workflow.execute_update(
+                CLAIM_JOB_UPDATE,
+                report,
+                result_type=Job | None,  # type: ignore[arg-type]
+                rpc_timeout=CLAIM_UPDATE_TIMEOUT,
+            )
         except Exception as err:
+            # Closed, refused, or no answer in time (no workflow worker): handed back.
+            # Should the claim still be applied later, the hand-back undoes it: the job
+            # does not count an attempt it gave a claimer who never heard of it.
             await self._abandon(task)
             if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
                 return None  # the job closed meanwhile
+            if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+                raise TemporalUnavailable("no worker answered the claim") from err
             raise
+        if job is None:
+            await self._abandon(task)
+            return None
         return ClaimedJob.of(
             job,
             inp,
-            worker_id=worker_id,
-            host=host,
-            claimed_at=claimed_at,
             heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
         )
 
@@ -312,16 +323,9 @@ class Bridge:
     async def _held_by(
         self, job_id: str, worker_id: str, job: Job | None = None, scope: Scope = EVERY
     ) -> Job:
-        """The job, if `worker_id` holds it (`job`: a read the caller already made)."""
+        """The job, if `worker_id` holds it (`job`: a read the caller already made).
+        A claim is applied before its answer, so a job still pending is not held."""
         job = job or await self._jobs.get(job_id, scope)
-        deadline = time.monotonic() + CLAIM_APPLY_WAIT_S
-        pause = 0.02
-        while job.status == JobStatus.PENDING and time.monotonic() < deadline:
-            # A claim's signal is durable but may not be applied yet: look again, less
-            # often the longer it takes (a really pending job costs a few reads).
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.5)
-            job = await self._jobs.get(job_id, scope)
         if job.cancelled or job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED):
             raise _cancelled(job_id)
         if job.status not in CLAIMED or job.worker_id != worker_id:
