@@ -692,14 +692,18 @@ class ClaimedJob(Job):
     @classmethod
     def of(cls, job: Job, inp: AttemptInput, *, heartbeat_timeout_ms: int) -> ClaimedJob:
         """The claim answer for `inp`'s attempt: `job` as its workflow answered the claim
-        (assigned to the claimer), with the attempt's fields. Its fields are taken as
-        they are, not validated again."""
-        return cls.model_construct(
-            **dict(job),
+        (assigned to the claimer), with the attempt's fields and the lease a read shows.
+        Its fields are taken as they are, not validated again."""
+        fields = dict(job)
+        if job.heartbeat_at is not None:
+            fields["lease_expires_at"] = job.heartbeat_at + heartbeat_timeout_ms
+        # The attempt's own timeout, where the job's field is what its spec asked.
+        fields.update(
             job_id=inp.job_id,
             heartbeat_timeout_ms=heartbeat_timeout_ms,
             claim_first=inp.claim_first,
         )
+        return cls.model_construct(**fields)
 
     def attempt_input(self) -> AttemptInput:
         """The attempt this claim holds."""
