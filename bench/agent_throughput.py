@@ -33,6 +33,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 from temporalio.client import Client
@@ -55,27 +56,44 @@ AGENT_TYPE = "agentbench-agent"
 UNUSED_TYPE = "agentbench-unused"  # the agent phases' workflow worker serves only this
 JOB_WORKFLOW = "JobWorkflow"
 CLAIM_WAIT_S = 5
+CLAIM_PATH = "/api/jobs/claim"
+RETRY_PAUSE_S = 0.5
 
 
-async def agent(http: httpx.AsyncClient, worker_id: str, heartbeat: bool, ran: list[int]) -> None:
-    """One agent: claim, (heartbeat,) result, for ever; `ran[0]` counts its jobs."""
+async def call(
+    http: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    ok: tuple[int, ...],
+    retried: list[int],
+) -> httpx.Response:
+    """POST `body`; a 503 (Temporal did not answer in time: a loaded box) is retried
+    after a pause, as `jobforge agent` does, and counted in `retried[0]`."""
+    while True:
+        response = await http.post(path, json=body)
+        if response.status_code != 503:
+            break
+        retried[0] += 1
+        await asyncio.sleep(RETRY_PAUSE_S)
+    if response.status_code not in ok:
+        raise RuntimeError(f"{path}: {response.status_code} {response.text}")
+    return response
+
+
+async def agent(
+    http: httpx.AsyncClient, worker_id: str, heartbeat: bool, retried: list[int]
+) -> None:
+    """One agent: claim, (heartbeat,) result, for ever."""
     claim = {"worker_id": worker_id, "types": [AGENT_TYPE], "wait": CLAIM_WAIT_S}
     report = {"worker_id": worker_id}
     while True:
-        response = await http.post("/api/jobs/claim", json=claim)
+        response = await call(http, CLAIM_PATH, claim, (200, 204), retried)
         if response.status_code == 204:
             continue
-        if response.status_code != 200:
-            raise RuntimeError(f"claim: {response.status_code} {response.text}")
-        job_id = response.json()["id"]
+        job = f"/api/jobs/{response.json()['id']}"
         if heartbeat:
-            beat = await http.post(f"/api/jobs/{job_id}/heartbeat", json=report)
-            if beat.status_code != 204:
-                raise RuntimeError(f"heartbeat: {beat.status_code} {beat.text}")
-        done = await http.post(f"/api/jobs/{job_id}/result", json={**report, "result": {}})
-        if done.status_code != 200:
-            raise RuntimeError(f"result: {done.status_code} {done.text}")
-        ran[0] += 1
+            await call(http, f"{job}/heartbeat", report, (204,), retried)
+        await call(http, f"{job}/result", {**report, "result": {}}, (200,), retried)
 
 
 async def with_agents(
@@ -83,9 +101,10 @@ async def with_agents(
 ) -> Phase:
     """Run `body` while `count` agents claim; the agents stop after it (a claim cut
     short is handed back by the bridge, and no job is left by then)."""
-    ran = [0]
+    retried = [0]
     agents = [
-        asyncio.create_task(agent(http, f"bench-agent-{n}", heartbeat, ran)) for n in range(count)
+        asyncio.create_task(agent(http, f"bench-agent-{n}", heartbeat, retried))
+        for n in range(count)
     ]
     try:
         waited = asyncio.ensure_future(body())
@@ -93,7 +112,10 @@ async def with_agents(
         for task in agents:
             if task.done():
                 task.result()  # an agent's error ends the run with it
-        return await waited
+        phase = await waited
+        if retried[0]:
+            print(f"{count} agent(s): {retried[0]} call(s) answered 503 and retried", flush=True)
+        return phase
     finally:
         for task in agents:
             task.cancel()
