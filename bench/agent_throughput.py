@@ -213,9 +213,10 @@ async def run(bench: Bench) -> None:
     print(f"round trips per job, {largest} agents: {round_trips(agent_mean)}")
     print(
         "  not in history: per agent job, 1 claim, "
-        f"{'1 heartbeat, ' if args.heartbeat else ''}1 result call to the API (the claim an "
-        "update and the result a query and an activity completion on Temporal); per native "
-        "job, 1 solver process"
+        f"{'1 heartbeat, ' if args.heartbeat else ''}1 result call to the API (on Temporal: "
+        "the bridge's poll and claim update; "
+        f"{'a describe, a signal and a heartbeat; ' if args.heartbeat else ''}"
+        "a describe and the completion); per native job, 1 solver process"
     )
     print()
     for phase in (native, *(agents[count] for count in sorted(agents))):
