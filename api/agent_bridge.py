@@ -24,27 +24,42 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import JsonValue, ValidationError
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     PollActivityTaskQueueRequest,
     PollActivityTaskQueueResponse,
 )
-from temporalio.client import AsyncActivityCancelledError, AsyncActivityHandle, Client
+from temporalio.client import (
+    AsyncActivityCancelledError,
+    AsyncActivityHandle,
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.job_service import JobService
+from api.job_service import QUERY_TIMEOUT, JobService
 from api.tenancy import EVERY, Scope
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings
 from engine.hosts import HostSettings
-from workflows.errors import ErrorType, Failure, HostNotAvailable, JobConflict, JobNotFound
+from workflows import search_attributes
+from workflows.errors import (
+    ErrorType,
+    Failure,
+    HostNotAvailable,
+    JobConflict,
+    TemporalUnavailable,
+)
 from workflows.job_states import CLAIMED, JobStatus
 from workflows.models import AttemptInput, AttemptReport, AttemptResult, ClaimedJob, Job, Progress
 from workflows.names import (
     BRIDGE_IDENTITY_PREFIX,
-    CLAIM_UPDATE,
+    CLAIM_JOB_UPDATE,
     REPORT_SIGNAL,
+    RUN_JOB_ACTIVITY,
     attempt_activity_id,
 )
 
@@ -54,8 +69,8 @@ POLL_RPC_TIMEOUT = timedelta(seconds=75)
 MAX_POLLS_PER_QUEUE = 4
 # How long a task that arrived after its claimer left waits for the next claimer.
 HOLD_S = 1.0
-# How long a call for a just-claimed job waits for the workflow to apply the claim.
-CLAIM_APPLY_WAIT_S = 2.0
+# How long a claim waits for the job's workflow to answer before it hands the task back.
+CLAIM_UPDATE_TIMEOUT = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,24 @@ class QueuePump:
         while self.waiters and self.waiters[0].future.done():
             self.waiters.popleft()
         return sum(1 for w in self.waiters if not w.future.done())
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A job a worker holds: what addressing its attempt takes."""
+
+    id: str
+    attempt: int
+    status: JobStatus
+
+    @classmethod
+    def of(cls, job: Job) -> Holding:
+        return cls(job.id, job.attempt, job.status)
+
+
+# Statuses a describe can take as held (a stop asked, or a cancel, takes a read).
+_PLAINLY_HELD = frozenset(status.value for status in CLAIMED)
+ATTEMPT_ID_PREFIX = attempt_activity_id(0).removesuffix("0")
 
 
 class Bridge:
@@ -264,46 +297,46 @@ class Bridge:
     async def _hand_over(
         self, worker_id: str, task: PollActivityTaskQueueResponse, host: str
     ) -> ClaimedJob | None:
-        """Record the claim in the job's workflow; None if the job no longer wants it."""
+        """Record the claim in the job's workflow; None if the job no longer wants it.
+
+        One update, which answers with the job as the claim left it: no read before it,
+        and nothing recorded unless it answers. A claim that fails, or that the job
+        refuses (a pause recalled the attempt, the job was cancelled), hands the task
+        back as `claim_abandoned`, which the job does not count.
+        """
         (inp,) = await self._client.data_converter.decode(task.input.payloads, [AttemptInput])
         assert isinstance(inp, AttemptInput)
-        claimed_at = now_ms()
         report = AttemptReport(
             attempt=inp.attempt,
             worker_id=worker_id,
             phase="assigned",
-            claimed_at=claimed_at,
+            claimed_at=now_ms(),
             host=host,
         )
         workflow = self._client.get_workflow_handle(inp.job_id)
         try:
-            # The whole job for the answer, read first (a query: no history event), so
-            # a read that fails hands the task back before anything is recorded.
-            job = await self._jobs.get(inp.job_id)
-            if inp.claim_first:
-                # A grouped job: asked, in order with a pause's recall.
-                if not await workflow.execute_update(CLAIM_UPDATE, report, result_type=bool):
-                    await self._abandon(task)
-                    return None
-            else:
-                # A signal, not an update: it is durable when this returns, and the
-                # claimer gets the job one workflow task sooner; `_held_by` covers the
-                # moment before the workflow has applied it.
-                await workflow.signal(REPORT_SIGNAL, report)
-        except JobNotFound:
-            await self._abandon(task)
-            return None  # the job closed meanwhile
+            job = await workflow.execute_update(
+                CLAIM_JOB_UPDATE,
+                report,
+                result_type=Job | None,  # type: ignore[arg-type]
+                rpc_timeout=CLAIM_UPDATE_TIMEOUT,
+            )
         except Exception as err:
+            # Closed, refused, or no answer in time (no workflow worker): handed back.
+            # Should the claim still be applied later, the hand-back undoes it: the job
+            # does not count an attempt it gave a claimer who never heard of it.
             await self._abandon(task)
             if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
                 return None  # the job closed meanwhile
+            if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+                raise TemporalUnavailable("no worker answered the claim") from err
             raise
+        if job is None:
+            await self._abandon(task)
+            return None
         return ClaimedJob.of(
             job,
             inp,
-            worker_id=worker_id,
-            host=host,
-            claimed_at=claimed_at,
             heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
         )
 
@@ -312,16 +345,9 @@ class Bridge:
     async def _held_by(
         self, job_id: str, worker_id: str, job: Job | None = None, scope: Scope = EVERY
     ) -> Job:
-        """The job, if `worker_id` holds it (`job`: a read the caller already made)."""
+        """The job, if `worker_id` holds it (`job`: a read the caller already made).
+        A claim is applied before its answer, so a job still pending is not held."""
         job = job or await self._jobs.get(job_id, scope)
-        deadline = time.monotonic() + CLAIM_APPLY_WAIT_S
-        pause = 0.02
-        while job.status == JobStatus.PENDING and time.monotonic() < deadline:
-            # A claim's signal is durable but may not be applied yet: look again, less
-            # often the longer it takes (a really pending job costs a few reads).
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.5)
-            job = await self._jobs.get(job_id, scope)
         if job.cancelled or job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED):
             raise _cancelled(job_id)
         if job.status not in CLAIMED or job.worker_id != worker_id:
@@ -334,7 +360,41 @@ class Bridge:
             )
         return job
 
-    def _attempt_activity(self, job: Job) -> AsyncActivityHandle:
+    async def _holding(self, job_id: str, worker_id: str, scope: Scope) -> Holding | None:
+        """`worker_id`'s hold on the job when a describe shows it plainly: assigned or
+        running to it (its search attributes), its attempt pending and not being
+        cancelled. None when it takes a read of the job to say (not held, cancelled,
+        stopping, another tenant's, or no answer). A describe is answered by the server
+        alone; a read (a query) also takes a workflow worker's turn."""
+        try:
+            desc = await self._client.get_workflow_handle(job_id).describe(
+                rpc_timeout=QUERY_TIMEOUT
+            )
+        except RPCError:
+            return None
+        found = desc.typed_search_attributes
+        status = found.get(search_attributes.STATUS)
+        if (
+            desc.status != WorkflowExecutionStatus.RUNNING
+            or status not in _PLAINLY_HELD
+            or found.get(search_attributes.WORKER) != worker_id
+            or not scope.reaches(found.get(search_attributes.TENANT))
+        ):
+            return None
+        attempts = [
+            p.activity_id
+            for p in desc.raw_description.pending_activities
+            if p.activity_type.name == RUN_JOB_ACTIVITY
+            and p.state != PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED
+        ]
+        if len(attempts) != 1 or not attempts[0].startswith(ATTEMPT_ID_PREFIX):
+            return None
+        number = attempts[0].removeprefix(ATTEMPT_ID_PREFIX)
+        if not number.isdigit():
+            return None
+        return Holding(job_id, int(number), JobStatus(status))
+
+    def _attempt_activity(self, job: Job | Holding) -> AsyncActivityHandle:
         """The job's current attempt, addressed by workflow id and activity id."""
         return self._client.get_async_activity_handle(
             workflow_id=job.id, run_id=None, activity_id=attempt_activity_id(job.attempt)
@@ -345,19 +405,22 @@ class Bridge:
     ) -> None:
         """Keep the attempt alive; the first heartbeat moves the job to running. Another
         tenant's job than `scope`'s is a 404, here and in `result` and `fail`."""
-        job = await self._held_by(job_id, worker_id, scope=scope)
-        handle = self._attempt_activity(job)
+        held = await self._holding(job_id, worker_id, scope)
+        if held is None:
+            held = Holding.of(await self._held_by(job_id, worker_id, scope=scope))
+        handle = self._attempt_activity(held)
         try:
-            if job.status == JobStatus.ASSIGNED:
+            if held.status == JobStatus.ASSIGNED:
+                # The claim is applied: the report's claim time and host go unused.
+                started = now_ms()
                 report = AttemptReport(
-                    attempt=job.attempt,
+                    attempt=held.attempt,
                     worker_id=worker_id,
                     phase="running",
-                    claimed_at=job.claimed_at or now_ms(),
-                    started_at=now_ms(),
-                    host=job.host,
+                    claimed_at=started,
+                    started_at=started,
                 )
-                await self._client.get_workflow_handle(job.id).signal(REPORT_SIGNAL, report)
+                await self._client.get_workflow_handle(held.id).signal(REPORT_SIGNAL, report)
             await handle.heartbeat(*([_stamped(progress)] if progress is not None else []))
         except AsyncActivityCancelledError as err:
             raise _cancelled(job_id) from err
@@ -374,15 +437,18 @@ class Bridge:
         result_hash: str | None,
         idempotency_key: str | None,
         scope: Scope = EVERY,
-    ) -> Job:
+    ) -> None:
         """Complete the attempt; the same result again is accepted and changes nothing."""
         computed = result_hash or hashlib.sha256(_canonical(result)).hexdigest()
         key = idempotency_key or computed
-        job = await self._jobs.get(job_id, scope)
-        if job.status == JobStatus.COMPLETED:
-            return self._same_result(job, key)
-        job = await self._held_by(job_id, worker_id, job)
-        handle = self._attempt_activity(job)
+        held = await self._holding(job_id, worker_id, scope)
+        if held is None:
+            job = await self._jobs.get(job_id, scope)
+            if job.status == JobStatus.COMPLETED:
+                self._same_result(job, key)
+                return
+            held = Holding.of(await self._held_by(job_id, worker_id, job))
+        handle = self._attempt_activity(held)
         outcome = AttemptResult(
             worker_id=worker_id, result=result, result_hash=computed, result_key=key
         )
@@ -394,15 +460,14 @@ class Bridge:
             # A concurrent duplicate may have completed it a moment ago.
             latest = await self._jobs.get(job_id)
             if latest.status == JobStatus.COMPLETED:
-                return self._same_result(latest, key)
+                self._same_result(latest, key)
+                return
             raise _attempt_over(job_id) from err
-        return job.model_copy(update={"status": JobStatus.COMPLETED, "result": result})
 
     @staticmethod
-    def _same_result(job: Job, key: str) -> Job:
-        if job.result_key == key or job.result_hash == key:
-            return job
-        raise JobConflict("job is already completed with a different result", id=job.id)
+    def _same_result(job: Job, key: str) -> None:
+        if job.result_key != key and job.result_hash != key:
+            raise JobConflict("job is already completed with a different result", id=job.id)
 
     async def fail(
         self, job_id: str, worker_id: str, reason: str, scope: Scope = EVERY

@@ -108,6 +108,33 @@ def test_a_claimed_job_runs_through_heartbeat_and_result_to_completed(
     assert claim(hub, "agent-a", types=[job_type]).status_code == 204
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["ungated", "grouped"])
+def test_a_claim_answers_the_job_exactly_as_a_read_right_after_it_shows_it(
+    hub: Api, job_type: str, grouped: bool
+) -> None:
+    spec: dict[str, Any] = {"type": job_type, "params": {"x": 1}, "meta": {"m": "n"}}
+    if grouped:
+        spec["group"] = f"claims-{uuid.uuid4().hex[:8]}"
+    job_id = hub.submit(**spec)
+
+    answer = claimed(hub, "agent-r", job_type)
+    read = hub.job(job_id)
+
+    # The spec's Job, then the attempt's own fields: heartbeat_timeout_ms is the
+    # attempt's (the job's own field is what its spec asked: here nothing).
+    attempt = {key: answer.pop(key) for key in ("job_id", "heartbeat_timeout_ms", "claim_first")}
+    assert attempt == {
+        "job_id": job_id,
+        "heartbeat_timeout_ms": int(HEARTBEAT_TIMEOUT_S) * 1000,
+        "claim_first": grouped,
+    }
+    assert read.pop("heartbeat_timeout_ms") is None
+    assert answer == read
+    assert read["status"] == "assigned" and read["worker_id"] == "agent-r"
+    done = hub.http.post(f"/api/jobs/{job_id}/result", json={"worker_id": "agent-r", "result": 1})
+    assert done.status_code == 200, done.text
+
+
 def test_a_result_with_an_idempotency_key_is_accepted_once_and_repeats_are_no_ops(
     hub: Api, job_type: str
 ) -> None:

@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         ACQUIRE_SIGNAL,
         BRIDGE_IDENTITY_PREFIX,
         CANCEL_UPDATE,
+        CLAIM_JOB_UPDATE,
         CLAIM_UPDATE,
         EVENTS_MEMO,
         GATE_WORKFLOW,
@@ -143,6 +144,8 @@ class JobWorkflow:
         # The job's status changes, checked against the one table (workflows/job_states.py).
         self._machine = JobMachine(self._job)
         self._claimed_attempt = 0
+        # The attempt an HTTP agent claimed through `claim_job` (the bridge's claim).
+        self._bridge_claimed = 0
         self._handle: workflow.ActivityHandle[AttemptResult] | None = None
         self._cancelled = False
         self._stop_waits_input = inp.stop_waits_for_work
@@ -956,6 +959,9 @@ class JobWorkflow:
         """A worker asks before it starts the attempt's solver: True, and the job is
         assigned to it; False if the attempt is no longer wanted (a pause recalled it,
         or the job was cancelled). Ordered with the recall, so never both."""
+        return self._claim_if_wanted(report)
+
+    def _claim_if_wanted(self, report: AttemptReport) -> bool:
         if (
             report.attempt != self._attempt
             or report.attempt == self._recalled_attempt
@@ -967,6 +973,18 @@ class JobWorkflow:
             self._claim(report.attempt, report.worker_id, report.claimed_at, report.host)
             self._publish()
         return True
+
+    @workflow.update(name=CLAIM_JOB_UPDATE)
+    def claim_job(self, report: AttemptReport) -> Job | None:
+        """An HTTP agent's claim (through the bridge), of any attempt: as `claim_attempt`,
+        answered with the job as the claim left it, or None if the attempt is no longer
+        wanted (the bridge then hands it back). No query before it: one round trip."""
+        if self._handle is None or self._handle.done():
+            return None  # the attempt ended; its next one, if any, is not begun yet
+        if not self._claim_if_wanted(report):
+            return None
+        self._bridge_claimed = report.attempt
+        return self._job
 
     @workflow.update(name=CANCEL_UPDATE)
     def cancel(self, by: str | None = None) -> Job:
@@ -1063,6 +1081,11 @@ class JobWorkflow:
         if self._claimed_attempt != attempt and _unclaimed_handback(err):
             # Nobody claimed this attempt (the HTTP bridge handed the task back, or it
             # died holding it): not an attempt; the next loop schedules a fresh one.
+            return
+        if self._bridge_claimed == attempt and _handed_back(err):
+            # The bridge handed back an attempt it had claimed: its claimer never got
+            # the answer (the bridge gave up waiting for it). Not an attempt either.
+            self._machine.unclaim(_now_ms())
             return
         reason, final = _classify(err)
         details = _failure_details(err)
@@ -1169,6 +1192,11 @@ def _failure_details(err: ActivityError) -> AttemptFailureDetails:
 
 # Patch: a native worker that died holding an unreported attempt still took it.
 NATIVE_DEATH_COUNTS_PATCH = "native-death-counts"
+
+
+def _handed_back(err: ActivityError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == ErrorType.CLAIM_ABANDONED
 
 
 def _unclaimed_handback(err: ActivityError) -> bool:

@@ -702,42 +702,20 @@ class ClaimedJob(Job):
     claim_first: bool = False
 
     @classmethod
-    def of(
-        cls,
-        job: Job,
-        inp: AttemptInput,
-        *,
-        worker_id: str,
-        host: str | None,
-        claimed_at: int,
-        heartbeat_timeout_ms: int,
-    ) -> ClaimedJob:
-        """The claim answer for `inp`'s attempt just handed to `worker_id`. `job` was
-        read as the claim reached the workflow; one read before the workflow applied
-        the claim gets it applied here, as the workflow applies it."""
-        fields = job.model_dump(exclude={"worker_id", "claimed_at", "heartbeat_timeout_ms"})
-        applied = (
-            job.status == JobStatus.ASSIGNED
-            and job.worker_id == worker_id
-            and job.attempt == inp.attempt
-        )
-        if not applied:
-            fields.update(
-                status=JobStatus.ASSIGNED,
-                attempt=inp.attempt,
-                attempts=job.attempts + 1,
-                heartbeat_at=claimed_at,
-                host=host,
-                waiting_for=None,
-            )
-        return cls(
-            **fields,
+    def of(cls, job: Job, inp: AttemptInput, *, heartbeat_timeout_ms: int) -> ClaimedJob:
+        """The claim answer for `inp`'s attempt: `job` as its workflow answered the claim
+        (assigned to the claimer), with the attempt's fields and the lease a read shows.
+        Its fields are taken as they are, not validated again."""
+        fields = dict(job)
+        if job.heartbeat_at is not None:
+            fields["lease_expires_at"] = job.heartbeat_at + heartbeat_timeout_ms
+        # The attempt's own timeout, where the job's field is what its spec asked.
+        fields.update(
             job_id=inp.job_id,
-            worker_id=worker_id,
-            claimed_at=job.claimed_at if applied and job.claimed_at else claimed_at,
             heartbeat_timeout_ms=heartbeat_timeout_ms,
             claim_first=inp.claim_first,
         )
+        return cls.model_construct(**fields)
 
     def attempt_input(self) -> AttemptInput:
         """The attempt this claim holds."""

@@ -21,6 +21,8 @@ OPS_REQUEUE_UPDATE = "ops_requeue"
 OPS_BY = "ops"
 # A worker about to run a grouped job's attempt asks first (a pause may recall it).
 CLAIM_UPDATE = "claim_attempt"
+# The HTTP bridge's claim of any attempt: answered with the job as the claim left it.
+CLAIM_JOB_UPDATE = "claim_job"
 JOB_QUERY = "job"
 EVENTS_MEMO = "events"
 # On a schedule's jobs: the schedule that fired it and its cron as given (Temporal keeps

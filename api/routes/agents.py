@@ -160,10 +160,10 @@ async def submit_result(
 ) -> JobState:
     """Complete the job. The same result again is 200; a different one is 409."""
     await workers.seen(body.worker_id)
-    job = await bridge.result(
+    await bridge.result(
         job_id, body.worker_id, body.result, body.result_hash, idempotency_key, scope
     )
-    return JobState(id=job.id, status=JobStatus.COMPLETED)
+    return JobState(id=job_id, status=JobStatus.COMPLETED)
 
 
 @router.post("/jobs/{job_id:job_id}/fail", response_model=JobState)
