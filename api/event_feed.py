@@ -8,6 +8,11 @@ the jobs updated since its cursor and emits their transitions in the order of th
 ordered sequence and an event id is a position in it: resuming after id K means
 "every transition whose key is greater than K".
 
+The poller looks at least every EVENTS_POLL_MS, and also at the moment a transition it
+holds (or one made through this process) comes out of the settle window, but never
+sooner than EVENTS_POLL_GAP_MS after its last look: at most 1000 / EVENTS_POLL_GAP_MS
+listings a second, one for all of the process's clients.
+
 Progress (`job:progress`) is not in the jobs' histories: a running attempt's progress
 travels in its activity heartbeat. While at least one client is connected, the process
 reads the heartbeat of running jobs (one describe each) at most once per
@@ -20,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
@@ -55,6 +61,9 @@ RUNNING_JOBS = job_filter(statuses=ordered(SOLVING)) + " AND ExecutionStatus = '
 # Heartbeats read at once in a progress round.
 PROGRESS_READS_AT_ONCE = 16
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
+# Transitions made through this process that the poller waits for at once (more: they
+# are seen at the regular looks).
+EXPECTED_MAX = 10_000
 
 
 @dataclass(frozen=True, order=True)
@@ -87,6 +96,13 @@ class JobEvent(JobIdentity, Transition):
     fail_reason: str | None = Field(
         default=None, description="Of a failed or quarantined job: why (`cancelled`, …)"
     )
+    _wire: str | None = PrivateAttr(default=None)
+
+    def wire(self) -> str:
+        """Its JSON, made once however many clients it is sent to."""
+        if self._wire is None:
+            self._wire = self.model_dump_json()
+        return self._wire
 
 
 class JobProgress(JobEvent):
@@ -158,6 +174,10 @@ class Subscriber:
         self.offer(event)
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def _iso(ms: int) -> str:
     return (
         datetime.fromtimestamp(ms / 1000, UTC)
@@ -170,11 +190,17 @@ def _iso(ms: int) -> str:
 class FeedSettings:
     """Timing of the poller."""
 
+    # EVENTS_POLL_MS: a look at visibility at least this often.
     poll_ms: int = 100
+    # EVENTS_POLL_GAP_MS: looks are at least this far apart, even when transitions come
+    # out of the settle window sooner (a bound on the listings a second).
+    min_gap_ms: int = 25
     # A transition is emitted once it is this old (at least), so the ones visibility
-    # shows late still come out in key order; it grows with the lag actually seen.
-    settle_ms: int = 150
+    # shows late still come out in key order; it grows with the lag actually seen, to
+    # lag_margin_ms above it.
+    settle_ms: int = 100
     settle_max_ms: int = 5000
+    lag_margin_ms: int = 50
     # Jobs updated this long before the cursor are re-read, to catch late visibility.
     lookback_ms: int = 2000
     lookback_max_ms: int = 30_000
@@ -222,8 +248,17 @@ class EventFeed:
     settings: FeedSettings = field(default_factory=FeedSettings)
     on_event: Callable[[JobEvent], None] | None = None
     progress: ProgressSettings = field(default_factory=ProgressSettings)
+    on_poll: Callable[[], None] | None = None
+    # The longest visibility lag shown lately (decaying): how long after its time a
+    # transition was still missing from a look.
     lag_ms: float = 0.0
     _cursor: EventKey | None = None
+    # When the last look started (epoch ms).
+    _last_look: int | None = None
+    # Times of transitions made through this process and not yet out of the settle
+    # window: the poller looks when they come out.
+    _expected: list[int] = field(default_factory=list)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _start: EventKey | None = None
     # job id → (last seq emitted, its ts, finished)
     _sent: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
@@ -259,9 +294,37 @@ class EventFeed:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
+    def expect(self, ts: int) -> None:
+        """A transition at `ts` (epoch ms) was made through this process: look when it
+        comes out of the settle window rather than at the next regular look."""
+        if len(self._expected) < EXPECTED_MAX:
+            heapq.heappush(self._expected, ts)
+            self._wake.set()
+
+    @property
+    def settle_ms(self) -> float:
+        """How old a transition must be to be emitted, now."""
+        cfg = self.settings
+        return min(max(cfg.settle_ms, self.lag_ms + cfg.lag_margin_ms), cfg.settle_max_ms)
+
+    def next_look(self, last: int) -> int:
+        """When to look next (epoch ms) after a look that started at `last`: when the
+        first held or expected transition comes out of the settle window, at the latest
+        `poll_ms` after `last`, and never sooner than `min_gap_ms` after it."""
+        cfg = self.settings
+        settle = self.settle_ms
+        while self._expected and self._expected[0] + settle < last:
+            heapq.heappop(self._expected)  # the look at `last` saw it settled
+        due = last + cfg.poll_ms
+        if self._waiting:
+            due = min(due, min(key.ts for key in self._waiting) + int(settle) + 1)
+        if self._expected:
+            due = min(due, self._expected[0] + int(settle) + 1)
+        return max(due, last + cfg.min_gap_ms)
+
     async def _run(self) -> None:
         while True:
-            started = time.monotonic()
+            started = _now_ms()
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -269,22 +332,33 @@ class EventFeed:
             except Exception as err:  # Temporal unavailable: keep trying
                 log.warning("event poll failed: %s", err)
                 await asyncio.sleep(1.0)
-            elapsed = time.monotonic() - started
-            await asyncio.sleep(max(self.settings.poll_ms / 1000 - elapsed, 0.01))
+            await self._sleep_until_next_look(started)
+
+    async def _sleep_until_next_look(self, last: int) -> None:
+        """Sleep until `next_look`, which a transition made meanwhile may bring closer."""
+        while (delay := self.next_look(last) - _now_ms()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay / 1000)
 
     async def tick(self) -> None:
         """One look at visibility: emit every settled transition not emitted yet."""
         cursor = self.cursor
         start = self._start or cursor
         cfg = self.settings
-        now = int(time.time() * 1000)
-        settle = min(max(cfg.settle_ms, self.lag_ms + 50), cfg.settle_max_ms)
+        now = _now_ms()
+        # A transition the last look did not show was this old then, at least.
+        previous = self._last_look
+        settle = self.settle_ms
         settled = now - settle
+        if self.on_poll is not None:
+            self.on_poll()
         lookback = min(max(cfg.lookback_ms, 3 * self.lag_ms), cfg.lookback_max_ms)
         since = cursor.ts - int(lookback)
         fresh: list[JobEvent] = []
         late: list[JobEvent] = []
         lag = 0
+        waiting: set[EventKey] = set()
         async for job_id, memo in self._changed_since(since):
             last_seq = self._sent.get(job_id, (0, 0, False))[0]
             held = False
@@ -296,22 +370,28 @@ class EventFeed:
                     # Before the feed began: never sent, and no measure of the lag (its
                     # age would grow the settle window and the look-back each tick).
                     continue
-                if key not in self._waiting:
-                    # Visibility lag: how old a transition is when we first see it.
-                    lag = max(lag, now - transition.ts)
+                if key not in self._waiting and previous is not None:
+                    # Neither sent nor held: the last look did not show it. Its age
+                    # then is visibility lag actually seen.
+                    lag = max(lag, previous - transition.ts)
                 # Once one waits to settle, the job's later ones wait too (its order).
                 held = held or transition.ts >= settled
                 if held:
-                    self._waiting.add(key)
+                    waiting.add(key)
                     continue
-                self._waiting.discard(key)
                 event = make_event(job_id, memo, transition)
                 if key > cursor:
                     fresh.append(event)
                 elif key > start:
                     late.append(event)  # seen after the cursor passed it: still sent
-        # Decay the lag estimate slowly so one slow look does not pin the settle window.
-        self.lag_ms = max(float(min(lag, cfg.settle_max_ms)) if lag else 0.0, self.lag_ms * 0.95)
+        # The estimate decays by 5 % per 100 ms, so one slow look does not pin the
+        # settle window.
+        decay = 0.95 ** ((now - previous) / 100) if previous is not None else 1.0
+        self.lag_ms = max(float(min(lag, cfg.settle_max_ms)), self.lag_ms * decay)
+        # A held transition is in every look until it is sent (it is younger than the
+        # cursor): what this look holds is all that waits.
+        self._waiting = waiting
+        self._last_look = now
         fresh.sort(key=key_of)
         late.sort(key=key_of)
         for event in [*late, *fresh]:

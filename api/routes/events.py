@@ -163,6 +163,8 @@ async def job_events(
     async for event in feed.subscribe(in_scope, last_event_id, progress):
         if isinstance(event, JobProgress):
             # No id: the client's Last-Event-ID stays on the last transition it got.
-            yield ServerSentEvent(event=event.event, data=event)
+            yield ServerSentEvent(event=event.event, raw_data=event.wire())
         else:
-            yield ServerSentEvent(event=event.event, id=key_of(event).encode(), data=event)
+            yield ServerSentEvent(
+                event=event.event, id=key_of(event).encode(), raw_data=event.wire()
+            )
