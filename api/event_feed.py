@@ -28,7 +28,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -64,6 +64,8 @@ DESCRIBE_TIMEOUT = timedelta(seconds=5)
 # Transitions made through this process that the poller waits for at once (more: they
 # are seen at the regular looks).
 EXPECTED_MAX = 10_000
+# Events sent to a client in one write, at most.
+BATCH_MAX = 200
 
 
 @dataclass(frozen=True, order=True)
@@ -543,9 +545,12 @@ class EventFeed:
         accepts: Callable[[JobEvent], bool],
         last_event_id: str | None,
         progress: ProgressSettings | None = None,
-    ) -> AsyncIterator[JobEvent]:
-        """Events for one client: what it missed (after Last-Event-ID), then live ones,
-        with running jobs' progress (`JobProgress`, read as `progress` says) among them."""
+        idle_s: float | None = None,
+    ) -> AsyncGenerator[list[JobEvent], None]:
+        """Events for one client, in batches (what came at once, sent at once): what it
+        missed (after Last-Event-ID), then live ones, with running jobs' progress
+        (`JobProgress`, read as `progress` says) among them. An empty batch after
+        `idle_s` without one (a keep-alive's turn)."""
         if progress is not None:
             self.progress = progress
         self.start()
@@ -556,21 +561,30 @@ class EventFeed:
             resume = EventKey.parse(last_event_id) if last_event_id else None
             caught: set[EventKey] = set()
             if resume is not None and resume < self.cursor:
-                for missed in await self.catch_up(resume, self.cursor):
-                    caught.add(key_of(missed))
-                    if accepts(missed):
-                        yield missed
+                missed = await self.catch_up(resume, self.cursor)
+                caught.update(key_of(event) for event in missed)
+                accepted = [event for event in missed if accepts(event)]
+                for at in range(0, len(accepted), BATCH_MAX):
+                    yield accepted[at : at + BATCH_MAX]
             while True:
-                live = await subscriber.queue.get()
+                try:
+                    live = await asyncio.wait_for(subscriber.queue.get(), idle_s)
+                except TimeoutError:
+                    yield []
+                    continue
+                batch: list[JobEvent] = []
+                while live is not None:
+                    if isinstance(live, JobProgress):
+                        batch.append(live)  # no place in the ordered stream: no skip
+                    elif resume is None or (key_of(live) > resume and key_of(live) not in caught):
+                        batch.append(live)  # (else the client has it already)
+                    if len(batch) >= BATCH_MAX or subscriber.queue.empty():
+                        break
+                    live = subscriber.queue.get_nowait()
+                if batch:
+                    yield batch
                 if live is None:
                     return  # overflowed: the client reconnects with its Last-Event-ID
-                if isinstance(live, JobProgress):
-                    yield live  # no place in the ordered stream: nothing to skip
-                    continue
-                key = key_of(live)
-                if resume is not None and (key <= resume or key in caught):
-                    continue  # the client has it already
-                yield live
         finally:
             self._subscribers.discard(subscriber)
             self._unwatch_progress()

@@ -1,7 +1,8 @@
 """When the event feed looks at visibility, in process: when a held transition comes out
 of the settle window, when one made through this process does, and otherwise every
-EVENTS_POLL_MS; never twice within EVENTS_POLL_GAP_MS. And the visibility lag it
-learns from: only what a look actually missed."""
+EVENTS_POLL_MS; never twice within EVENTS_POLL_GAP_MS. The visibility lag it learns
+from: only what a look actually missed. And what a client gets: the events that came
+at once, in one batch."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any, cast
 
 from temporalio.client import Client
 
-from api.event_feed import EventFeed, FeedSettings
+from api.event_feed import EventFeed, FeedSettings, JobEvent
 from api.job_service import JobService
-from workflows.models import EventsMemo, JobStatus, Transition
+from workflows.job_states import JobStatus
+from workflows.models import EventsMemo, Transition
 from workflows.names import EVENTS_MEMO
 
 
@@ -133,3 +135,22 @@ async def test_the_lag_is_learnt_only_from_what_a_look_missed() -> None:
     visibility.rows.append(pending("later", third_look - 1990))
     await feed.tick()
     assert feed.settle_ms >= 1990 + 50
+
+
+async def test_a_client_gets_what_came_at_once_in_one_batch_and_an_empty_one_when_idle() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=60_000, min_gap_ms=5, settle_ms=0)
+    batches = feed.subscribe(lambda _: True, None, idle_s=0.05)
+    try:
+        assert await anext(batches) == []  # nothing for idle_s: the keep-alive's turn
+        ts = now_ms()
+        visibility.rows.extend(pending(job_id, ts) for job_id in ("a", "b", "c"))
+        feed.expect(ts)
+        deadline = time.monotonic() + 10
+        batch: list[JobEvent] = []
+        while not batch and time.monotonic() < deadline:
+            batch = await anext(batches)
+        assert [event.id for event in batch] == ["a", "b", "c"]
+    finally:
+        await batches.aclose()
+        await feed.stop()
