@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -121,6 +123,34 @@ async def recent(
         if not token:
             break
     return Rows(rows[offset:need], next_token=token if len(rows) >= need else None)
+
+
+async def recent_infos(
+    client: Client, query: str, *, limit: int, token: bytes | None = None
+) -> tuple[list[WorkflowExecutionInfo], bytes | None]:
+    """The first `limit` rows after `token` in visibility's own order, as Temporal sends
+    them, and the token after them. Nothing is decoded: the SDK's listing decodes every
+    row's search attributes, most of a memo reader's CPU (a page of 50 jobs: 28 of
+    43 ms, cProfile at 10,000 jobs)."""
+    rows: list[WorkflowExecutionInfo] = []
+    while len(rows) < limit:
+        request = ListWorkflowExecutionsRequest(
+            namespace=client.namespace,
+            page_size=min(MAX_PAGE, limit - len(rows)),
+            next_page_token=token or b"",
+            query=query,
+        )
+        try:
+            answer = await client.workflow_service.list_workflow_executions(request, retry=True)
+        except RPCError as err:
+            if token and err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
+                raise InvalidField("page_token", "expired, start again without it") from err
+            raise
+        rows += answer.executions
+        token = answer.next_page_token or None
+        if not token:
+            break
+    return rows, token if len(rows) >= limit else None
 
 
 async def count(client: Client, query: str) -> int:
