@@ -149,15 +149,9 @@ class JobViews:
         query = job_filter(status, job_type, tenant=tenant)
         token = self._tokens.open(query, page_token) if page_token else None
         rows, after = await visibility.recent_infos(self._client, query, limit=limit, token=token)
-        # Only the id and the memo of each row are read, the memos in one decode.
-        with_memo = [row for row in rows if EVENTS_MEMO in row.memo.fields]
-        memos = await self._client.data_converter.decode(
-            [row.memo.fields[EVENTS_MEMO] for row in with_memo], [EventsMemo] * len(with_memo)
-        )
-        jobs = [
-            JobSummary.of(row.execution.workflow_id, memo)
-            for row, memo in zip(with_memo, memos, strict=True)
-        ]
+        # Only the id and the memo of each row are read.
+        found = await visibility.memos(self._client, rows, EVENTS_MEMO, EventsMemo)
+        jobs = [JobSummary.of(job_id, memo) for job_id, memo in found]
         return JobPage(
             jobs=jobs, next_page_token=self._tokens.seal(query, after) if after else None
         )

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
@@ -36,6 +37,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from workflows import search_attributes
 from workflows.errors import InvalidField
 from workflows.models import PRIORITY_LIMIT
+
+T = TypeVar("T")
 
 # Temporal's largest visibility page (frontend.visibilityMaxPageSize, default 1000).
 MAX_PAGE = 1000
@@ -151,6 +154,34 @@ async def recent_infos(
         if not token:
             break
     return rows, token if len(rows) >= limit else None
+
+
+async def memos(
+    client: Client, rows: Sequence[WorkflowExecutionInfo], key: str, hint: type[T]
+) -> list[tuple[str, T]]:
+    """The workflow id and the memo `key` (as `hint`) of each raw row that has one, in
+    one decode."""
+    kept = [row for row in rows if key in row.memo.fields]
+    values = await client.data_converter.decode(
+        [row.memo.fields[key] for row in kept], [hint] * len(kept)
+    )
+    return [(row.execution.workflow_id, value) for row, value in zip(kept, values, strict=True)]
+
+
+async def every_memo(client: Client, query: str, key: str, hint: type[T]) -> list[tuple[str, T]]:
+    """`memos` of every row matching `query`, page after page: for a query that matches
+    a bounded set (the event feed's jobs updated lately)."""
+    found: list[tuple[str, T]] = []
+    token = b""
+    while True:
+        request = ListWorkflowExecutionsRequest(
+            namespace=client.namespace, page_size=MAX_PAGE, next_page_token=token, query=query
+        )
+        answer = await client.workflow_service.list_workflow_executions(request, retry=True)
+        found += await memos(client, answer.executions, key, hint)
+        token = answer.next_page_token
+        if not token:
+            return found
 
 
 async def count(client: Client, query: str) -> int:

@@ -8,49 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from temporalio.client import Client
 
 from api.event_feed import EventFeed, FeedSettings, JobEvent
 from api.job_service import JobService
+from tests.helpers import Listed, Visibility
 from workflows.job_states import JobStatus
-from workflows.models import EventsMemo, Transition
-from workflows.names import EVENTS_MEMO
+from workflows.models import Transition
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass
-class Listed:
-    """A job as a visibility listing shows it."""
-
-    id: str
-    transitions: list[Transition]
-
-    async def memo(self) -> dict[str, Any]:
-        memo = EventsMemo(type="t", priority=0, created_at=0, transitions=self.transitions)
-        return {EVENTS_MEMO: memo.model_dump(mode="json")}
-
-
-@dataclass
-class Visibility:
-    """Stands in for the client: every listing shows `rows`, and is counted."""
-
-    rows: list[Listed] = field(default_factory=list)
-    listings: int = 0
-
-    async def _rows(self) -> AsyncIterator[Listed]:
-        self.listings += 1
-        for row in list(self.rows):
-            yield row
-
-    def list_workflows(self, _query: str) -> AsyncIterator[Listed]:
-        return self._rows()
 
 
 def pending(job_id: str, ts: int) -> Listed:
