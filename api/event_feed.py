@@ -8,6 +8,11 @@ the jobs updated since its cursor and emits their transitions in the order of th
 ordered sequence and an event id is a position in it: resuming after id K means
 "every transition whose key is greater than K".
 
+The poller looks at least every EVENTS_POLL_MS, and also at the moment a transition it
+holds (or one made through this process) comes out of the settle window, but never
+sooner than EVENTS_POLL_GAP_MS after its last look: at most 1000 / EVENTS_POLL_GAP_MS
+listings a second, one for all of the process's clients.
+
 Progress (`job:progress`) is not in the jobs' histories: a running attempt's progress
 travels in its activity heartbeat. While at least one client is connected, the process
 reads the heartbeat of running jobs (one describe each) at most once per
@@ -20,16 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
+from api import visibility
 from api.job_service import JobService
 from workflows import search_attributes
 from workflows.job_states import SOLVING, JobStatus, is_ended, ordered
@@ -55,6 +62,11 @@ RUNNING_JOBS = job_filter(statuses=ordered(SOLVING)) + " AND ExecutionStatus = '
 # Heartbeats read at once in a progress round.
 PROGRESS_READS_AT_ONCE = 16
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
+# Transitions made through this process that the poller waits for at once (more: they
+# are seen at the regular looks).
+EXPECTED_MAX = 10_000
+# Events sent to a client in one write, at most.
+BATCH_MAX = 200
 
 
 @dataclass(frozen=True, order=True)
@@ -89,6 +101,13 @@ class JobEvent(JobIdentity, Transition):
     fail_reason: str | None = Field(
         default=None, description="Of a failed or quarantined job: why (`cancelled`, …)"
     )
+    _wire: str | None = PrivateAttr(default=None)
+
+    def wire(self) -> str:
+        """Its JSON, made once however many clients it is sent to."""
+        if self._wire is None:
+            self._wire = self.model_dump_json()
+        return self._wire
 
 
 class JobProgress(JobEvent):
@@ -160,6 +179,10 @@ class Subscriber:
         self.offer(event)
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def _iso(ms: int) -> str:
     return (
         datetime.fromtimestamp(ms / 1000, UTC)
@@ -172,11 +195,17 @@ def _iso(ms: int) -> str:
 class FeedSettings:
     """Timing of the poller."""
 
+    # EVENTS_POLL_MS: a look at visibility at least this often.
     poll_ms: int = 100
+    # EVENTS_POLL_GAP_MS: looks are at least this far apart, even when transitions come
+    # out of the settle window sooner (a bound on the listings a second).
+    min_gap_ms: int = 25
     # A transition is emitted once it is this old (at least), so the ones visibility
-    # shows late still come out in key order; it grows with the lag actually seen.
-    settle_ms: int = 150
+    # shows late still come out in key order; it grows with the lag actually seen, to
+    # lag_margin_ms above it.
+    settle_ms: int = 100
     settle_max_ms: int = 5000
+    lag_margin_ms: int = 50
     # Jobs updated this long before the cursor are re-read, to catch late visibility.
     lookback_ms: int = 2000
     lookback_max_ms: int = 30_000
@@ -224,8 +253,17 @@ class EventFeed:
     settings: FeedSettings = field(default_factory=FeedSettings)
     on_event: Callable[[JobEvent], None] | None = None
     progress: ProgressSettings = field(default_factory=ProgressSettings)
+    on_poll: Callable[[], None] | None = None
+    # The longest visibility lag shown lately (decaying): how long after its time a
+    # transition was still missing from a look.
     lag_ms: float = 0.0
     _cursor: EventKey | None = None
+    # When the last look started (epoch ms).
+    _last_look: int | None = None
+    # Times of transitions made through this process and not yet out of the settle
+    # window: the poller looks when they come out.
+    _expected: list[int] = field(default_factory=list)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _start: EventKey | None = None
     # job id → (last seq emitted, its ts, finished)
     _sent: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
@@ -261,9 +299,37 @@ class EventFeed:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
+    def expect(self, ts: int) -> None:
+        """A transition at `ts` (epoch ms) was made through this process: look when it
+        comes out of the settle window rather than at the next regular look."""
+        if len(self._expected) < EXPECTED_MAX:
+            heapq.heappush(self._expected, ts)
+            self._wake.set()
+
+    @property
+    def settle_ms(self) -> float:
+        """How old a transition must be to be emitted, now."""
+        cfg = self.settings
+        return min(max(cfg.settle_ms, self.lag_ms + cfg.lag_margin_ms), cfg.settle_max_ms)
+
+    def next_look(self, last: int) -> int:
+        """When to look next (epoch ms) after a look that started at `last`: when the
+        first held or expected transition comes out of the settle window, at the latest
+        `poll_ms` after `last`, and never sooner than `min_gap_ms` after it."""
+        cfg = self.settings
+        settle = self.settle_ms
+        while self._expected and self._expected[0] + settle < last:
+            heapq.heappop(self._expected)  # the look at `last` saw it settled
+        due = last + cfg.poll_ms
+        if self._waiting:
+            due = min(due, min(key.ts for key in self._waiting) + int(settle) + 1)
+        if self._expected:
+            due = min(due, self._expected[0] + int(settle) + 1)
+        return max(due, last + cfg.min_gap_ms)
+
     async def _run(self) -> None:
         while True:
-            started = time.monotonic()
+            started = _now_ms()
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -271,22 +337,33 @@ class EventFeed:
             except Exception as err:  # Temporal unavailable: keep trying
                 log.warning("event poll failed: %s", err)
                 await asyncio.sleep(1.0)
-            elapsed = time.monotonic() - started
-            await asyncio.sleep(max(self.settings.poll_ms / 1000 - elapsed, 0.01))
+            await self._sleep_until_next_look(started)
+
+    async def _sleep_until_next_look(self, last: int) -> None:
+        """Sleep until `next_look`, which a transition made meanwhile may bring closer."""
+        while (delay := self.next_look(last) - _now_ms()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay / 1000)
 
     async def tick(self) -> None:
         """One look at visibility: emit every settled transition not emitted yet."""
         cursor = self.cursor
         start = self._start or cursor
         cfg = self.settings
-        now = int(time.time() * 1000)
-        settle = min(max(cfg.settle_ms, self.lag_ms + 50), cfg.settle_max_ms)
+        now = _now_ms()
+        # A transition the last look did not show was this old then, at least.
+        previous = self._last_look
+        settle = self.settle_ms
         settled = now - settle
+        if self.on_poll is not None:
+            self.on_poll()
         lookback = min(max(cfg.lookback_ms, 3 * self.lag_ms), cfg.lookback_max_ms)
         since = cursor.ts - int(lookback)
         fresh: list[JobEvent] = []
         late: list[JobEvent] = []
         lag = 0
+        waiting: set[EventKey] = set()
         async for job_id, memo in self._changed_since(since):
             last_seq = self._sent.get(job_id, (0, 0, False))[0]
             held = False
@@ -298,22 +375,28 @@ class EventFeed:
                     # Before the feed began: never sent, and no measure of the lag (its
                     # age would grow the settle window and the look-back each tick).
                     continue
-                if key not in self._waiting:
-                    # Visibility lag: how old a transition is when we first see it.
-                    lag = max(lag, now - transition.ts)
+                if key not in self._waiting and previous is not None:
+                    # Neither sent nor held: the last look did not show it. Its age
+                    # then is visibility lag actually seen.
+                    lag = max(lag, previous - transition.ts)
                 # Once one waits to settle, the job's later ones wait too (its order).
                 held = held or transition.ts >= settled
                 if held:
-                    self._waiting.add(key)
+                    waiting.add(key)
                     continue
-                self._waiting.discard(key)
                 event = make_event(job_id, memo, transition)
                 if key > cursor:
                     fresh.append(event)
                 elif key > start:
                     late.append(event)  # seen after the cursor passed it: still sent
-        # Decay the lag estimate slowly so one slow look does not pin the settle window.
-        self.lag_ms = max(float(min(lag, cfg.settle_max_ms)) if lag else 0.0, self.lag_ms * 0.95)
+        # The estimate decays by 5 % per 100 ms, so one slow look does not pin the
+        # settle window.
+        decay = 0.95 ** ((now - previous) / 100) if previous is not None else 1.0
+        self.lag_ms = max(float(min(lag, cfg.settle_max_ms)), self.lag_ms * decay)
+        # A held transition is in every look until it is sent (it is younger than the
+        # cursor): what this look holds is all that waits.
+        self._waiting = waiting
+        self._last_look = now
         fresh.sort(key=key_of)
         late.sort(key=key_of)
         for event in [*late, *fresh]:
@@ -432,12 +515,12 @@ class EventFeed:
 
     async def _changed_since(self, since_ms: int) -> AsyncIterator[tuple[str, EventsMemo]]:
         query = f"{JOBS} AND {search_attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
-        async for execution in self.client.list_workflows(query):
-            memo = await execution.memo()
-            raw = memo.get(EVENTS_MEMO)
-            if raw is None:
-                continue
-            yield execution.id, EventsMemo.model_validate(raw)
+        # Ids and memos only: decoding each row's search attributes too would be most
+        # of a look's CPU.
+        for job_id, memo in await visibility.every_memo(
+            self.client, query, EVENTS_MEMO, EventsMemo
+        ):
+            yield job_id, memo
 
     async def _full_memo(self, job_id: str, memo: EventsMemo) -> EventsMemo:
         """The memo, with every transition when older ones were cut from it."""
@@ -465,9 +548,12 @@ class EventFeed:
         accepts: Callable[[JobEvent], bool],
         last_event_id: str | None,
         progress: ProgressSettings | None = None,
-    ) -> AsyncIterator[JobEvent]:
-        """Events for one client: what it missed (after Last-Event-ID), then live ones,
-        with running jobs' progress (`JobProgress`, read as `progress` says) among them."""
+        idle_s: float | None = None,
+    ) -> AsyncGenerator[list[JobEvent], None]:
+        """Events for one client, in batches (what came at once, sent at once): what it
+        missed (after Last-Event-ID), then live ones, with running jobs' progress
+        (`JobProgress`, read as `progress` says) among them. An empty batch after
+        `idle_s` without one (a keep-alive's turn)."""
         if progress is not None:
             self.progress = progress
         self.start()
@@ -478,21 +564,30 @@ class EventFeed:
             resume = EventKey.parse(last_event_id) if last_event_id else None
             caught: set[EventKey] = set()
             if resume is not None and resume < self.cursor:
-                for missed in await self.catch_up(resume, self.cursor):
-                    caught.add(key_of(missed))
-                    if accepts(missed):
-                        yield missed
+                missed = await self.catch_up(resume, self.cursor)
+                caught.update(key_of(event) for event in missed)
+                accepted = [event for event in missed if accepts(event)]
+                for at in range(0, len(accepted), BATCH_MAX):
+                    yield accepted[at : at + BATCH_MAX]
             while True:
-                live = await subscriber.queue.get()
+                try:
+                    live = await asyncio.wait_for(subscriber.queue.get(), idle_s)
+                except TimeoutError:
+                    yield []
+                    continue
+                batch: list[JobEvent] = []
+                while live is not None:
+                    if isinstance(live, JobProgress):
+                        batch.append(live)  # no place in the ordered stream: no skip
+                    elif resume is None or (key_of(live) > resume and key_of(live) not in caught):
+                        batch.append(live)  # (else the client has it already)
+                    if len(batch) >= BATCH_MAX or subscriber.queue.empty():
+                        break
+                    live = subscriber.queue.get_nowait()
+                if batch:
+                    yield batch
                 if live is None:
                     return  # overflowed: the client reconnects with its Last-Event-ID
-                if isinstance(live, JobProgress):
-                    yield live  # no place in the ordered stream: nothing to skip
-                    continue
-                key = key_of(live)
-                if resume is not None and (key <= resume or key in caught):
-                    continue  # the client has it already
-                yield live
         finally:
             self._subscribers.discard(subscriber)
             self._unwatch_progress()

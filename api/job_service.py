@@ -8,6 +8,7 @@ import hashlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
@@ -163,6 +164,9 @@ class JobService:
         self._registered_types: set[str] = set()
         self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
         self._retention_kept: timedelta | None = None
+        # Told the time of each transition made through this service (the event feed
+        # looks for it when it comes out of the settle window).
+        self.on_transition: Callable[[int], None] | None = None
 
     # -- submit --------------------------------------------------------------------
 
@@ -330,7 +334,7 @@ class JobService:
         id_reuse_policy: WorkflowIDReusePolicy,
     ) -> WorkflowHandle[Any, Any]:
         """Start the job's workflow with its search attributes and first memo."""
-        return await self._client.start_workflow(
+        handle = await self._client.start_workflow(
             JOB_WORKFLOW,
             inp,
             id=inp.id,
@@ -341,6 +345,12 @@ class JobService:
             static_summary=f"{inp.spec.type} job",
             memo={EVENTS_MEMO: events_memo(job)},
         )
+        self._transitioned(job)
+        return handle
+
+    def _transitioned(self, job: Job) -> None:
+        if self.on_transition is not None and job.transitions:
+            self.on_transition(job.transitions[-1].ts)
 
     @staticmethod
     def _search_attributes(inp: JobInput) -> TypedSearchAttributes:
@@ -719,6 +729,7 @@ class JobService:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
             return None
+        self._transitioned(job)
         return job
 
     async def _closed_as(

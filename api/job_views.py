@@ -148,13 +148,10 @@ class JobViews:
         token is signed for the query, tenant clause included)."""
         query = job_filter(status, job_type, tenant=tenant)
         token = self._tokens.open(query, page_token) if page_token else None
-        rows = await visibility.recent(self._client, query, offset=0, limit=limit, token=token)
-        jobs: list[JobSummary] = []
-        for execution in rows.executions:
-            raw = (await execution.memo()).get(EVENTS_MEMO)
-            if raw is not None:
-                jobs.append(JobSummary.of(execution.id, EventsMemo.model_validate(raw)))
-        after = rows.next_token
+        rows, after = await visibility.recent_infos(self._client, query, limit=limit, token=token)
+        # Only the id and the memo of each row are read.
+        found = await visibility.memos(self._client, rows, EVENTS_MEMO, EventsMemo)
+        jobs = [JobSummary.of(job_id, memo) for job_id, memo in found]
         return JobPage(
             jobs=jobs, next_page_token=self._tokens.seal(query, after) if after else None
         )

@@ -103,9 +103,16 @@ def create_app(
         feed = EventFeed(
             client,
             job_service,
-            FeedSettings(poll_ms=settings.events_poll_ms, settle_ms=settings.events_settle_ms),
+            FeedSettings(
+                poll_ms=settings.events_poll_ms,
+                min_gap_ms=settings.events_poll_gap_ms,
+                settle_ms=settings.events_settle_ms,
+            ),
             on_event=registry.observe,
+            on_poll=registry.feed_polls.inc,
         )
+        job_service.on_transition = feed.expect
+        registry.feed_settle.set_function(lambda: feed.settle_ms / 1000)
         token_table = TokenTable(
             client,
             temporal.task_queue,

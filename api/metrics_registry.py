@@ -63,6 +63,17 @@ class Metrics:
         self.events = Counter(
             "jobforge_job_events", "Job transitions seen on the event feed", ["event"], registry=r
         )
+        self.feed_polls = Counter(
+            "jobforge_event_feed_polls",
+            "Visibility listings made by this process's event feed",
+            registry=r,
+        )
+        self.feed_settle = Gauge(
+            "jobforge_event_feed_settle_seconds",
+            "How old a transition must be before the event feed sends it (grows with the "
+            "visibility lag seen)",
+            registry=r,
+        )
         self.claim_latency = Histogram(
             "jobforge_claim_latency_seconds",
             "Time from a job's submission to its first claim",

@@ -58,8 +58,14 @@ class ApiSettings(BaseSettings):
     # /metrics without a token shows every tenant's counts and task queues (the
     # operator's scrape); true: it needs a token, and a tenant's shows its own only.
     metrics_require_token: bool = Field(default=False, validation_alias="METRICS_REQUIRE_TOKEN")
+    # The event feed looks at visibility at least every EVENTS_POLL_MS, and sooner when a
+    # transition comes out of the settle window, but never twice within
+    # EVENTS_POLL_GAP_MS (at most 1000 / EVENTS_POLL_GAP_MS listings a second).
     events_poll_ms: int = Field(default=100, ge=10, le=10_000, validation_alias="EVENTS_POLL_MS")
-    events_settle_ms: int = Field(default=150, ge=0, le=60_000, validation_alias="EVENTS_SETTLE_MS")
+    events_poll_gap_ms: int = Field(
+        default=25, ge=5, le=10_000, validation_alias="EVENTS_POLL_GAP_MS"
+    )
+    events_settle_ms: int = Field(default=100, ge=0, le=60_000, validation_alias="EVENTS_SETTLE_MS")
     # `job:progress` on the event stream: while a client is connected, the heartbeat of
     # at most this many running jobs is read per PROGRESS_PUBLISH_MS (the workers' own
     # setting: their progress reaches Temporal at most that often); beyond it the running

@@ -27,13 +27,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows import search_attributes
 from workflows.errors import InvalidField
 from workflows.models import PRIORITY_LIMIT
+
+T = TypeVar("T")
 
 # Temporal's largest visibility page (frontend.visibilityMaxPageSize, default 1000).
 MAX_PAGE = 1000
@@ -121,6 +126,62 @@ async def recent(
         if not token:
             break
     return Rows(rows[offset:need], next_token=token if len(rows) >= need else None)
+
+
+async def recent_infos(
+    client: Client, query: str, *, limit: int, token: bytes | None = None
+) -> tuple[list[WorkflowExecutionInfo], bytes | None]:
+    """The first `limit` rows after `token` in visibility's own order, as Temporal sends
+    them, and the token after them. Nothing is decoded: the SDK's listing decodes every
+    row's search attributes, most of a memo reader's CPU (a page of 50 jobs: 28 of
+    43 ms, cProfile at 10,000 jobs)."""
+    rows: list[WorkflowExecutionInfo] = []
+    while len(rows) < limit:
+        request = ListWorkflowExecutionsRequest(
+            namespace=client.namespace,
+            page_size=min(MAX_PAGE, limit - len(rows)),
+            next_page_token=token or b"",
+            query=query,
+        )
+        try:
+            answer = await client.workflow_service.list_workflow_executions(request, retry=True)
+        except RPCError as err:
+            if token and err.status in (RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN):
+                raise InvalidField("page_token", "expired, start again without it") from err
+            raise
+        rows += answer.executions
+        token = answer.next_page_token or None
+        if not token:
+            break
+    return rows, token if len(rows) >= limit else None
+
+
+async def memos(
+    client: Client, rows: Sequence[WorkflowExecutionInfo], key: str, hint: type[T]
+) -> list[tuple[str, T]]:
+    """The workflow id and the memo `key` (as `hint`) of each raw row that has one, in
+    one decode."""
+    kept = [row for row in rows if key in row.memo.fields]
+    values = await client.data_converter.decode(
+        [row.memo.fields[key] for row in kept], [hint] * len(kept)
+    )
+    return [(row.execution.workflow_id, value) for row, value in zip(kept, values, strict=True)]
+
+
+async def every_memo(client: Client, query: str, key: str, hint: type[T]) -> list[tuple[str, T]]:
+    """`memos` of every row matching `query`, page after page: for a query that matches
+    a bounded set (the event feed's jobs updated lately)."""
+    found: list[tuple[str, T]] = []
+    token = b""
+    while True:
+        request = ListWorkflowExecutionsRequest(
+            namespace=client.namespace, page_size=MAX_PAGE, next_page_token=token, query=query
+        )
+        answer = await client.workflow_service.list_workflow_executions(request, retry=True)
+        found += await memos(client, answer.executions, key, hint)
+        token = answer.next_page_token
+        if not token:
+            return found
 
 
 async def count(client: Client, query: str) -> int:

@@ -21,7 +21,10 @@ the workflows too). Then, for each client count in --clients, one after the othe
    --drain-timeout), and the clients hang up.
 
 The CPU seconds of every process during each phase are read from /proc, so a
-saturated client process (which would inflate the figures) shows up.
+saturated client process (which would inflate the figures) shows up. The API's
+`/metrics` before and after each phase give the visibility listings the event feed
+made (`jobforge_event_feed_polls_total`: one per look, shared by every client) and its
+settle window at the end; the API's CPU is also given per client and minute.
 """
 
 from __future__ import annotations
@@ -168,6 +171,8 @@ class Result:
     received: int
     cpu: dict[str, float]
     seconds: float
+    feed_polls: float | None = None
+    settle_ms: float | None = None
 
 
 # -- a phase -----------------------------------------------------------------------------
@@ -186,6 +191,7 @@ async def phase(
             if c.error is not None:
                 raise RuntimeError(f"an SSE client failed: {c.error!r}")
         await asyncio.sleep(1.0)  # the feed's poller is running, its cursor is now
+        before = await feed_metrics(http)
         meter.start()
         began = time.monotonic()
         ids: list[str] = []
@@ -212,6 +218,7 @@ async def phase(
             await asyncio.sleep(0.1)
         seconds = time.monotonic() - began
         cpu = meter.stop()
+        after = await feed_metrics(http)
     finally:
         for task in tasks:
             task.cancel()
@@ -242,7 +249,30 @@ async def phase(
         received=received,
         cpu=cpu,
         seconds=seconds,
+        feed_polls=_delta(before, after, POLLS_METRIC),
+        settle_ms=None if SETTLE_METRIC not in after else after[SETTLE_METRIC] * 1000,
     )
+
+
+POLLS_METRIC = "jobforge_event_feed_polls_total"
+SETTLE_METRIC = "jobforge_event_feed_settle_seconds"
+
+
+async def feed_metrics(http: httpx.AsyncClient) -> dict[str, float]:
+    """The event feed's samples in the API's `/metrics` (none from an API without them)."""
+    response = await http.get("/metrics")
+    found: dict[str, float] = {}
+    for line in response.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in (POLLS_METRIC, SETTLE_METRIC):
+            found[name] = float(value)
+    return found
+
+
+def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
+    if name not in before or name not in after:
+        return None
+    return after[name] - before[name]
 
 
 async def run(bench: Bench) -> None:
@@ -254,6 +284,8 @@ async def run(bench: Bench) -> None:
         events_env["EVENTS_SETTLE_MS"] = str(args.settle_ms)
     if args.poll_ms is not None:
         events_env["EVENTS_POLL_MS"] = str(args.poll_ms)
+    if args.poll_gap_ms is not None:
+        events_env["EVENTS_POLL_GAP_MS"] = str(args.poll_gap_ms)
     api, api_port = bench.start_api(**events_env)
     worker = bench.start_noop_worker(JOB_TYPE, "bench-event-worker")
     meter = bench.meter(api, worker, "bench (clients + submitter)")
@@ -292,6 +324,18 @@ async def run(bench: Bench) -> None:
             for name, seconds in result.cpu.items()
         )
         print(f"  cpu over {result.seconds:.1f} s: {cpu}")
+        api_cpu = result.cpu.get("api", 0.0)
+        per_client = api_cpu / result.clients / (result.seconds / 60)
+        polls = (
+            "n/a (the API has no jobforge_event_feed_polls_total)"
+            if result.feed_polls is None
+            else f"{result.feed_polls:.0f} ({result.feed_polls / result.seconds:.1f}/s)"
+        )
+        settle = "n/a" if result.settle_ms is None else f"{result.settle_ms:.0f} ms"
+        print(
+            f"  feed: visibility listings {polls}, settle window at the end {settle}; "
+            f"api cpu per client per minute {per_client:.2f} s"
+        )
     print(f"load average at end: {load_average()}")
     for result in results:
         print(p50_p99(f"clients={result.clients}", result.latency_ms))
@@ -310,10 +354,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--drain-timeout", type=float, default=60.0, help="max s to wait for the last events"
     )
     parser.add_argument(
-        "--settle-ms", type=int, help="EVENTS_SETTLE_MS for the API (default: unset = 150)"
+        "--settle-ms", type=int, help="EVENTS_SETTLE_MS for the API (default: unset = 100)"
     )
     parser.add_argument(
         "--poll-ms", type=int, help="EVENTS_POLL_MS for the API (default: unset = 100)"
+    )
+    parser.add_argument(
+        "--poll-gap-ms", type=int, help="EVENTS_POLL_GAP_MS for the API (default: unset = 25)"
     )
     args = parse(parser, argv)
     try:
@@ -333,10 +380,17 @@ def settings(bench: Bench) -> str:
     defaults = ApiSettings.model_fields
     settle = args.settle_ms if args.settle_ms is not None else defaults["events_settle_ms"].default
     poll = args.poll_ms if args.poll_ms is not None else defaults["events_poll_ms"].default
-    chosen = "set" if args.settle_ms is not None or args.poll_ms is not None else "defaults"
+    gap_field = defaults.get("events_poll_gap_ms")
+    gap = args.poll_gap_ms if args.poll_gap_ms is not None else getattr(gap_field, "default", "-")
+    chosen = (
+        "set"
+        if any(v is not None for v in (args.settle_ms, args.poll_ms, args.poll_gap_ms))
+        else "defaults"
+    )
     return (
         f"clients={args.clients} rate={args.rate:g} jobs/s duration={args.duration:g} s "
-        f"warmup={args.warmup}; EVENTS_SETTLE_MS={settle} EVENTS_POLL_MS={poll} ({chosen}); "
+        f"warmup={args.warmup}; EVENTS_SETTLE_MS={settle} EVENTS_POLL_MS={poll} "
+        f"EVENTS_POLL_GAP_MS={gap} ({chosen}); "
         "SSE clients: raw asyncio, all in this process"
     )
 

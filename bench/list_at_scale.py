@@ -1,10 +1,11 @@
 """List, count and metrics routes as the job pile grows: 1,000, 10,000, 100,000 jobs.
 
     .venv/bin/python -m bench.list_at_scale [--steps 1000,10000,100000] [--requests 20]
-        [--keep-data DIR] [--paints 3] [--fill-only]
+        [--keep-data DIR] [--paints 3] [--fill-only | --no-fill] [--pending-share 0.03]
 
 One headless dev server (its data in `--keep-data DIR` when given, kept between runs:
-a rerun counts the jobs already there and fills only the difference). At each step the
+a rerun counts the jobs already there and fills only the difference; `--no-fill` times
+them as they are, with no worker running). At each step the
 bench fills the server up to that many jobs, then times every route through a real API
 process (`jobforge api`) and prints one line per route and step:
 
@@ -18,8 +19,8 @@ route). Then the dashboard's first paint in headless Chromium (from opening
 The fill starts JobWorkflows directly with the Temporal client (the API's input, memo
 and search attributes) at bounded concurrency, and runs in this process the real
 workflow worker plus a stand-in `run_job` activity per served type that returns at
-once. The mix: most jobs complete; a few per cent are of types no worker polls (they
-stay pending); about one per cent are of a type whose stand-in fails with
+once. The mix: most jobs complete; a few per cent (`--pending-share`) are of types no
+worker polls (they stay pending); about one per cent are of a type whose stand-in fails with
 `solver_checksum_mismatch` (quarantined at once); priorities mostly 0, some 10, 5
 and -5. The fill prints its progress (jobs/s, ETA) and where its time goes: starts vs
 completions, and the CPU of the dev server and of this process.
@@ -114,6 +115,7 @@ ROUTES = (
     "/api/jobs?order=priority&limit=50",
     "/api/jobs?order=priority&status=pending&limit=50",
     "/api/jobs/page?limit=50",
+    "/api/jobs/page?status=pending&limit=50",
     "/api/jobs/counts",
     "/metrics",  # last: it starts the API's event feed, which then polls
 )
@@ -121,12 +123,13 @@ CACHED_ROUTES = ("/api/jobs/counts", "/metrics")
 FIRST_ROW = "#jobs-body tr"
 
 
-def pick_job(rng: random.Random) -> tuple[str, int]:
-    """A job's type and priority, drawn from the mix."""
+def pick_job(rng: random.Random, pending_share: float = PENDING_SHARE) -> tuple[str, int]:
+    """A job's type and priority, drawn from the mix (`pending_share` of the jobs stay
+    pending)."""
     draw = rng.random()
-    if draw < PENDING_SHARE:
+    if draw < pending_share:
         job_type = rng.choice(PENDING_TYPES)
-    elif draw < PENDING_SHARE + QUARANTINE_SHARE:
+    elif draw < pending_share + QUARANTINE_SHARE:
         job_type = QUARANTINE_TYPE
     else:
         job_type = rng.choice(SERVED_TYPES)
@@ -218,9 +221,11 @@ async def count(client: Client, query: str) -> int:
     return (await client.count_workflows(query)).count
 
 
-async def start_job(client: Client, temporal: TemporalSettings, rng: random.Random) -> None:
+async def start_job(
+    client: Client, temporal: TemporalSettings, rng: random.Random, pending_share: float
+) -> None:
     """Start one JobWorkflow as `POST /api/jobs` does (input, memo, search attributes)."""
-    job_type, priority = pick_job(rng)
+    job_type, priority = pick_job(rng, pending_share)
     spec = JobSpec(type=job_type, params={"n": rng.randrange(1 << 30)}, priority=priority)
     created = now_ms()
     inp = JobInput(
@@ -269,7 +274,7 @@ async def progress(
         last_t, last_settled, last_started = now, TALLY.settled, TALLY.started
         overall = TALLY.settled / max(now - began, 1e-9)
         # Jobs still to settle, this step and to the last step (pending ones never do).
-        settle_share = 1 - PENDING_SHARE
+        settle_share = 1 - args.pending_share
         left_step = (step_target - base - TALLY.started) * settle_share + TALLY.backlog
         left_all = left_step + (final_target - step_target) * settle_share
         rate = overall if overall > 0 else float("nan")
@@ -308,7 +313,7 @@ async def fill_to(
             next_index += 1
             for attempt in range(5):
                 try:
-                    await start_job(client, temporal, rng)
+                    await start_job(client, temporal, rng, args.pending_share)
                     break
                 except Exception as err:  # a busy server: count it, back off, retry
                     TALLY.start_errors[type(err).__name__] += 1
@@ -512,7 +517,7 @@ async def run(bench: Bench) -> None:
         bench.server.address, data_converter=pydantic_data_converter, identity="bench-list"
     )
     temporal = TemporalSettings(address=bench.server.address, task_queue=TASK_QUEUE)
-    running = workers(client, temporal)
+    running = [] if args.no_fill else workers(client, temporal)
     async with contextlib.AsyncExitStack() as stack:
         for worker in running:
             await stack.enter_async_context(worker)
@@ -521,7 +526,10 @@ async def run(bench: Bench) -> None:
         final = args.steps[-1]
         for step in args.steps:
             print(f"\n== step: {step} jobs (load {load_average()})", flush=True)
-            await fill_to(bench, client, temporal, step, final)
+            if args.no_fill:
+                await print_mix(client)
+            else:
+                await fill_to(bench, client, temporal, step, final)
             if not args.fill_only:
                 present = await count(client, JOBS)
                 await visibility_costs(client, present)
@@ -570,11 +578,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--seed", default="list-at-scale", help="seed of the job mix")
     parser.add_argument(
+        "--pending-share",
+        type=float,
+        default=PENDING_SHARE,
+        help="share of the jobs filled that stay pending (of types nobody serves)",
+    )
+    parser.add_argument(
         "--fill-only", action="store_true", help="fill to each step and time nothing"
+    )
+    parser.add_argument(
+        "--no-fill",
+        action="store_true",
+        help="time the jobs in --keep-data as they are: no fill, no worker (one step)",
     )
     args = parser.parse_args(argv)
     if args.requests < 1 or args.concurrency < 1 or args.ahead < 1:
         parser.error("--requests, --concurrency and --ahead must be at least 1")
+    if args.no_fill and (args.fill_only or args.keep_data is None or len(args.steps) > 1):
+        parser.error("--no-fill times one step of a --keep-data dir, and is not --fill-only")
+    if not 0 <= args.pending_share <= 1 - QUARANTINE_SHARE:
+        parser.error(f"--pending-share is between 0 and {1 - QUARANTINE_SHARE:g}")
     return args
 
 
@@ -585,7 +608,8 @@ def settings(bench: Bench) -> str:
     kept = " (kept)" if args.keep_data is not None else ""
     return (
         f"steps={steps} requests={args.requests} paints={args.paints} "
-        f"concurrency={args.concurrency} ahead={args.ahead}{kept}"
+        f"concurrency={args.concurrency} ahead={args.ahead} "
+        f"pending-share={args.pending_share:g}{kept}"
     )
 
 

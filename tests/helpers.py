@@ -1,4 +1,5 @@
-"""Helpers shared by tests: a job's statuses, and a threaded reader of the event stream."""
+"""Helpers shared by tests: a job's statuses, a threaded reader of the event stream, and
+a stand-in for the visibility listing the event feed reads."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+from temporalio.api.workflowservice.v1 import (
+    ListWorkflowExecutionsRequest,
+    ListWorkflowExecutionsResponse,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from worker.hub_client import server_sent_events
+from workflows.models import EventsMemo, Transition
+from workflows.names import EVENTS_MEMO
 
 
 def statuses(job: dict[str, Any]) -> list[str]:
@@ -78,3 +87,41 @@ class Collector:
         except BaseException as err:  # surfaced by the test
             self.error = err
             self.connected.set()
+
+
+@dataclass
+class Listed:
+    """A job as a visibility listing shows it."""
+
+    id: str
+    transitions: list[Transition]
+
+    def info(self) -> WorkflowExecutionInfo:
+        """The row as Temporal sends it."""
+        memo = EventsMemo(type="t", priority=0, created_at=0, transitions=self.transitions)
+        info = WorkflowExecutionInfo()
+        info.execution.workflow_id = self.id
+        payload = pydantic_data_converter.payload_converter.to_payloads([memo])[0]
+        info.memo.fields[EVENTS_MEMO].CopyFrom(payload)
+        return info
+
+
+@dataclass
+class Visibility:
+    """Stands in for the client (its workflow service too): every listing shows `rows`,
+    and is counted."""
+
+    rows: list[Listed] = field(default_factory=list)
+    listings: int = 0
+    namespace: str = "default"
+    data_converter: Any = pydantic_data_converter
+
+    @property
+    def workflow_service(self) -> Visibility:
+        return self
+
+    async def list_workflow_executions(
+        self, _request: ListWorkflowExecutionsRequest, **_options: object
+    ) -> ListWorkflowExecutionsResponse:
+        self.listings += 1
+        return ListWorkflowExecutionsResponse(executions=[row.info() for row in self.rows])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -22,9 +22,8 @@ from api.event_feed import EventFeed
 from api.job_service import JobService
 from bench.harness import Proc, wait_until
 from tests.conftest import Api, Solver
-from tests.helpers import Collector, Sse
-from workflows.models import EventsMemo, JobStatus, Transition
-from workflows.names import EVENTS_MEMO
+from tests.helpers import Collector, Listed, Sse, Visibility
+from workflows.models import JobStatus, Transition
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
@@ -360,32 +359,6 @@ def test_an_agents_progress_is_sent_when_it_changes_not_on_every_heartbeat(
 
 
 # -- in process -------------------------------------------------------------------------
-
-
-@dataclass
-class Listed:
-    """A job as a visibility listing shows it."""
-
-    id: str
-    transitions: list[Transition]
-
-    async def memo(self) -> dict[str, Any]:
-        memo = EventsMemo(type="t", priority=0, created_at=0, transitions=self.transitions)
-        return {EVENTS_MEMO: memo.model_dump(mode="json")}
-
-
-class Visibility:
-    """Stands in for the client: every listing shows `rows`."""
-
-    def __init__(self, rows: list[Listed]) -> None:
-        self.rows = rows
-
-    async def _rows(self) -> AsyncIterator[Listed]:
-        for row in self.rows:
-            yield row
-
-    def list_workflows(self, _query: str) -> AsyncIterator[Listed]:
-        return self._rows()
 
 
 async def test_jobs_that_ran_before_the_feed_started_do_not_delay_its_events() -> None:

@@ -1,0 +1,126 @@
+"""When the event feed looks at visibility, in process: when a held transition comes out
+of the settle window, when one made through this process does, and otherwise every
+EVENTS_POLL_MS; never twice within EVENTS_POLL_GAP_MS. The visibility lag it learns
+from: only what a look actually missed. And what a client gets: the events that came
+at once, in one batch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import cast
+
+from temporalio.client import Client
+
+from api.event_feed import EventFeed, FeedSettings, JobEvent
+from api.job_service import JobService
+from tests.helpers import Listed, Visibility
+from workflows.job_states import JobStatus
+from workflows.models import Transition
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def pending(job_id: str, ts: int) -> Listed:
+    return Listed(job_id, [Transition(seq=1, status=JobStatus.PENDING, ts=ts, attempt=0)])
+
+
+def feed_of(visibility: Visibility, **settings: int) -> EventFeed:
+    return EventFeed(cast(Client, visibility), cast(JobService, None), FeedSettings(**settings))
+
+
+async def test_a_held_transition_is_looked_for_when_it_settles_not_at_the_next_poll() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=10_000, min_gap_ms=5, settle_ms=500)
+    await feed.tick()
+    ts = now_ms()
+    visibility.rows.append(pending("a", ts))
+    last = now_ms()
+    await feed.tick()
+    assert feed.next_look(last) == ts + 500 + 1  # out of the window: sent by that look
+    # Nothing held: the regular look.
+    visibility.rows.clear()
+    await feed.tick()
+    assert feed.next_look(last) == last + 10_000
+
+
+async def test_looks_are_never_closer_than_the_gap() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=10_000, min_gap_ms=300, settle_ms=0)
+    await feed.tick()
+    last = now_ms()
+    visibility.rows.append(pending("a", last + 50))  # held until 50 ms from now
+    await feed.tick()
+    feed.expect(last + 20)
+    assert feed.next_look(last) == last + 300
+
+
+async def test_a_transition_made_through_this_process_wakes_the_poller() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=60_000, min_gap_ms=5, settle_ms=50)
+    feed.start()
+    try:
+        deadline = time.monotonic() + 10
+        while visibility.listings < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert visibility.listings == 1
+        # The regular look is a minute away; a submit through this process is looked for
+        # once it is out of the settle window.
+        ts = now_ms()
+        visibility.rows.append(pending("submitted", ts))
+        feed.expect(ts)
+        sent: list[str] = []
+        feed.on_event = lambda event: sent.append(event.id)
+        while not sent and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert sent == ["submitted"]
+    finally:
+        await feed.stop()
+
+
+async def test_the_lag_is_learnt_only_from_what_a_look_missed() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=100, min_gap_ms=5, settle_ms=2000, lag_margin_ms=50)
+    await feed.tick()
+    first_look = now_ms()
+    # Made after that look: its age when first seen says nothing of visibility's lag
+    # (the old estimate took it whole, and grew the settle window by the poll's spacing).
+    await asyncio.sleep(0.05)
+    visibility.rows.append(pending("fresh", now_ms()))
+    await feed.tick()
+    assert feed.lag_ms == 0
+    assert feed.settle_ms == 2000
+    # Stamped 700 ms before the look that did not show it: visibility showed it late.
+    second_look = now_ms()
+    await feed.tick()
+    visibility.rows.append(pending("late", second_look - 700))
+    await feed.tick()
+    assert 700 <= feed.lag_ms < 700 + (now_ms() - first_look)
+    assert feed.settle_ms == 2000  # still within the configured window
+    # A lag beyond the window grows it, to the lag plus the margin.
+    third_look = now_ms()
+    await feed.tick()
+    visibility.rows.append(pending("later", third_look - 1990))
+    await feed.tick()
+    assert feed.settle_ms >= 1990 + 50
+
+
+async def test_a_client_gets_what_came_at_once_in_one_batch_and_an_empty_one_when_idle() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=60_000, min_gap_ms=5, settle_ms=0)
+    batches = feed.subscribe(lambda _: True, None, idle_s=0.05)
+    try:
+        assert await anext(batches) == []  # nothing for idle_s: the keep-alive's turn
+        ts = now_ms()
+        visibility.rows.extend(pending(job_id, ts) for job_id in ("a", "b", "c"))
+        feed.expect(ts)
+        deadline = time.monotonic() + 10
+        batch: list[JobEvent] = []
+        while not batch and time.monotonic() < deadline:
+            batch = await anext(batches)
+        assert [event.id for event in batch] == ["a", "b", "c"]
+    finally:
+        await batches.aclose()
+        await feed.stop()
