@@ -9,6 +9,7 @@ import os
 import resource
 import shutil
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -162,6 +163,23 @@ async def run_solver(
         timed_out=timed_out,
         output_overflow=overflow.is_set(),
     )
+
+
+def watch_solvers_by_pidfd() -> None:
+    """Learn of each solver's exit through a pidfd polled by the running loop, as asyncio
+    does by itself from Python 3.12 on. Python 3.11's default starts a thread per
+    process that blocks in waitpid (about 0.3 ms of CPU per solver here). For the entry
+    point of a process whose one event loop starts every subprocess (a worker, an
+    agent): 3.11's pidfd watcher serves only the loop it is attached to."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return  # a kernel without pidfds keeps the thread per process
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
 
 
 # The solver runs under util-linux's setpriv, which sets its parent-death signal and then

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,3 +343,46 @@ async def test_a_solver_does_not_outlive_a_worker_killed_with_sigkill(
     worker.kill()
 
     wait_until(lambda: not pid_alive(pid), timeout=10, what="the orphaned solver to die")
+
+
+# Runs two solvers the way a worker process does (`watch_solvers_by_pidfd` at its entry
+# point): one that prints its result, one killed at its max runtime; prints what they
+# left and the threads started meanwhile.
+WATCHED_SOLVERS = """
+import asyncio, json, threading
+from activities.runner import run_solver, watch_solvers_by_pidfd
+
+started = []
+start = threading.Thread.start
+def noting(thread):
+    started.append(thread.name)
+    start(thread)
+
+async def main():
+    watch_solvers_by_pidfd()
+    threading.Thread.start = noting
+    limits = dict(max_output_bytes=1024, log_tail_bytes=1024)
+    done = await run_solver(["/bin/sh", "-c", "printf {}"], max_runtime_s=30, **limits)
+    slow = await run_solver(["sleep", "30"], max_runtime_s=0.3, stop_grace_s=5, **limits)
+    print(json.dumps([done.exit_code, done.stdout.decode(), slow.timed_out, started]))
+
+asyncio.run(main())
+"""
+
+
+def test_a_worker_learns_of_its_solvers_exits_without_a_thread_for_each() -> None:
+    """A worker process starts no thread per solver to wait for its exit (Python 3.11's
+    default did: one waitpid thread per process), and its solvers' exits, results and
+    kills at max runtime are seen as before."""
+    ran = subprocess.run(
+        [sys.executable, "-c", WATCHED_SOLVERS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    exit_code, stdout, timed_out, threads = json.loads(ran.stdout)
+    assert (exit_code, stdout, timed_out) == (0, "{}", True)
+    assert threads == []

@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import container, solver
 from activities.container import WORKER_LABEL
+from activities.runner import watch_solvers_by_pidfd
 from engine.log_store import AttemptLog, split_lines
 from worker.host_telemetry import HostSampler
 from worker.hub_client import HubSettings, pool_limits
@@ -534,6 +535,7 @@ async def serve(
 
     stop = asyncio.Event()
     install_stop_handlers(stop)
+    watch_solvers_by_pidfd()
     with identified(settings.worker, solver.cache_dir) as worker:
         settings = settings.model_copy(update={"worker": worker})
         await Agent(settings, solver, containers).run(stop)

@@ -15,6 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.attempt import JobActivities, RunnerConfig
 from activities.container import WORKER_LABEL
+from activities.runner import watch_solvers_by_pidfd
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_telemetry
@@ -311,6 +312,7 @@ async def serve(
     """Entry point of `jobforge worker`."""
     stop = asyncio.Event()
     install_stop_handlers(stop)
+    watch_solvers_by_pidfd()
     quiet_attempt_failures()
     quiet_sdk_shutdown()
     runtime = metrics_runtime(settings.metrics_port) if settings.metrics_port else None
