@@ -10,11 +10,28 @@ from typing import Self
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import CompositePayloadConverter, DataConverter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RetryConfig, TLSConfig
 
 from engine.tracing import client_interceptors
+
+
+class SharedPydanticConverter(CompositePayloadConverter):
+    """Temporal's pydantic payload converter (the same encodings, the same JSON), built
+    once per process. The SDK builds a payload converter for every workflow activation
+    and every activity (each with its own, empty cache of pydantic type adapters):
+    constructing this one only reuses `_CONVERTERS`, whose cache every workflow and
+    activity shares. Thread-safe: the converters keep no state but that cache."""
+
+    def __init__(self) -> None:  # nullary: the SDK builds it from the class
+        super().__init__(*_CONVERTERS)
+
+
+_CONVERTERS = tuple(PydanticPayloadConverter().converters.values())
+# The data converter of every client jobforge makes (API, workers, CLI).
+DATA_CONVERTER = DataConverter(payload_converter_class=SharedPydanticConverter)
 
 
 def _env(name: str, standard: str) -> AliasChoices:
@@ -147,7 +164,7 @@ async def connect(
         namespace=settings.namespace,
         api_key=settings.api_key,
         tls=settings.tls_config(),
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         identity=identity or f"jobforge@{socket.gethostname()}",
         lazy=lazy,
         runtime=runtime,

@@ -8,15 +8,18 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 import workflows
 from api.settings import ApiSettings
+from engine.connection import DATA_CONVERTER, SharedPydanticConverter
 from worker.devserver import DYNAMIC_CONFIG
 from workflows.models import (
     MAX_RUNTIME_MS_LIMIT,
     PARAMS_MAX_BYTES,
     PARAMS_MAX_DEPTH,
     PRIORITY_LEVELS,
+    Job,
     JobInput,
     JobSpec,
     pending_job,
@@ -315,3 +318,29 @@ def test_meta_is_kept_bounded_and_refused_naming_itself() -> None:
     assert pending_job(inp).meta == {"tags": ["a"], "constraints": {"cpu_heavy": True}}
     with pytest.raises(ValidationError, match="meta is larger than 8192 bytes"):
         JobSpec(type="t", meta={"x": "y" * 9000})
+
+
+def test_the_clients_converter_is_pydantics_built_once() -> None:
+    """Every client's data converter writes and reads jobforge's models exactly as
+    Temporal's pydantic converter does (the histories on record stay readable), and
+    the payload converter the SDK builds per activation and per activity reuses one
+    set of converters (one cache of type adapters for the process)."""
+    job = pending_job(
+        JobInput(
+            id="a" * 32,
+            spec=JobSpec.model_validate({"type": "noop", "params": {"i": 1}}),
+            created_at=1,
+            priority_key=3,
+            activity_task_queue="q",
+            heartbeat_timeout_ms=60_000,
+        )
+    )
+    ours = DATA_CONVERTER.payload_converter.to_payloads([job])
+    assert ours == pydantic_data_converter.payload_converter.to_payloads([job])
+    assert pydantic_data_converter.payload_converter.from_payloads(ours, [Job]) == [job]
+    # The SDK builds the payload converter from its class per activation and activity:
+    assert DATA_CONVERTER.payload_converter_class is SharedPydanticConverter
+    first, second = SharedPydanticConverter(), SharedPydanticConverter()
+    assert first.from_payloads(ours, [Job]) == [job]
+    # ... each from the one JSON converter (and type-adapter cache) of the process.
+    assert first.converters[b"json/plain"] is second.converters[b"json/plain"]
