@@ -88,13 +88,14 @@ def create_app(
     temporal = temporal or TemporalSettings()
     solver_urls = solver_urls or SolverUrlSettings()
     log_settings = LogSettings()
+    log_store = log_settings.open()
     registry = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
         gates = Gates(client, temporal.task_queue, settings.gate_defaults())
-        job_service = JobService(client, temporal, settings, solver_urls, gates, log_settings)
+        job_service = JobService(client, temporal, settings, solver_urls, gates, log_store)
         feed = EventFeed(
             client,
             job_service,
@@ -132,7 +133,9 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.config = Config(api=settings, temporal=temporal, logs=log_settings)
+    app.state.config = Config(
+        api=settings, temporal=temporal, logs=log_settings, log_store=log_store
+    )
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes
     errors.install(app)

@@ -52,7 +52,7 @@ from api.routes.jobs import JobId
 from api.routes.ops import CleanupAge
 from api.tenancy import NO_TENANT
 from api.worker_directory import WorkerView
-from engine import log_store
+from engine.log_store import LogStore
 from workflows.contract_states import state_name
 from workflows.errors import HostNotAvailable, InvalidField, JobConflict, JobNotFound
 from workflows.host_models import HostInfo, WorkerNotFound
@@ -297,7 +297,7 @@ def router(
 
     # -- logs, progress, result --------------------------------------------------------
 
-    def read_log(job: Job, offset: int, logs_root: Path) -> tuple[str, int]:
+    async def read_log(job: Job, offset: int, store: LogStore) -> tuple[str, int]:
         """The log from byte `offset` on: the file the worker writes on the shared
         storage when there is one, else the core's log store (its own workers' and
         agents' output)."""
@@ -310,17 +310,17 @@ def router(
             except OSError:
                 return "", offset
             return data.decode("utf-8", errors="replace"), offset + len(data)
-        attempt = job.attempt or next(iter(log_store.attempts(logs_root, job.id)[-1:]), None)
+        attempt = job.attempt or next(iter((await store.attempts(job.id))[-1:]), None)
         if not attempt:
             return "", offset
-        lines, after = log_store.read(logs_root, job.id, attempt, offset)
+        lines, after = await store.read(job.id, attempt, offset)
         return "".join(f"{line.text}\n" for line in lines), after
 
     @routes.get("/file-logs/{job_id}", response_class=PlainTextResponse)
     async def file_logs(job_id: JobId, jobs: JobsDep, config: ConfigDep) -> PlainTextResponse:
         """The job's whole log file, as text."""
         job = await simulation(jobs, job_id)
-        text, _ = read_log(job, 0, config.logs.root)
+        text, _ = await read_log(job, 0, config.log_store)
         return PlainTextResponse(text)
 
     @routes.get(
@@ -331,7 +331,7 @@ def router(
     ) -> StreamingResponse:
         """The job's log as a text stream that follows it until the job ends."""
         job = await simulation(jobs, job_id)
-        root = config.logs.root
+        store = config.log_store
 
         async def chunks() -> AsyncIterator[str]:
             offset = 0
@@ -339,7 +339,7 @@ def router(
             loop = asyncio.get_running_loop()
             checked = loop.time()
             while True:
-                text, offset = read_log(current, offset, root)
+                text, offset = await read_log(current, offset, store)
                 if text:
                     yield text
                 if await request.is_disconnected():
@@ -348,7 +348,7 @@ def router(
                     checked = loop.time()
                     current = await jobs.get(job_id)
                 if current.status not in OPEN and not text:
-                    text, offset = read_log(current, offset, root)
+                    text, offset = await read_log(current, offset, store)
                     if text:
                         yield text
                     return
@@ -397,7 +397,7 @@ def router(
         shown = state_name(job, DESIGN)
         if job.status in OPEN:
             raise JobConflict(f"job is {shown}; stop it first", id=job_id, status=shown)
-        log_store.remove(config.logs.root, job_id)
+        await config.log_store.remove(job_id)
         directory = job_dir(job_id)
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
