@@ -35,11 +35,13 @@ from engine.log_store import (
     CUT_PREFIX,
     JOB_ID,
     AttemptLog,
+    LogLine,
     LogStore,
     UploadConflictError,
     check_overlap,
     checked_job_id,
     cut_marker,
+    parse,
 )
 
 log = logging.getLogger("jobforge.logs")
@@ -133,6 +135,26 @@ class S3LogStore(LogStore):
     async def read_range(self, job_id: str, attempt: int, start: int, stop: int | None) -> bytes:
         known = await self._chunks(job_id, attempt)
         return await self._read(job_id, attempt, known, start, known.end if stop is None else stop)
+
+    async def tail(
+        self, job_id: str, attempt: int, count: int
+    ) -> tuple[int, list[tuple[LogLine, int]]]:
+        """As the base class, by chunks: chunks hold whole lines, so it fetches the last
+        ones, READ_PARALLEL at a time, until they hold `count` lines."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        known = await self._chunks(job_id, attempt)
+        chunks = known.chunks
+        first, stop, data = len(chunks), known.end, b""
+        while first > 0 and data.count(b"\n") < count:
+            first = max(0, first - READ_PARALLEL)
+            data = await self._read(job_id, attempt, known, chunks[first][0], stop) + data
+            stop = chunks[first][0]
+        start = stop
+        lines = parse(data, start)
+        if len(lines) > count:
+            start = lines[-count - 1][1]
+        return start, lines[-count:]
 
     async def append_bytes(
         self, job_id: str, attempt: int, offset: int, data: bytes, max_bytes: int
