@@ -47,8 +47,9 @@ from engine.log_store import (
 log = logging.getLogger("jobforge.logs")
 
 OFFSET_DIGITS = 20
-# Attempts whose chunk lists a process keeps (a list is 16 bytes or so per chunk).
-INDEX_ATTEMPTS = 4096
+# Attempts whose chunk lists a process keeps, the least recently read let go (about
+# 120 bytes a chunk; one let go is listed from its start when next read).
+INDEX_ATTEMPTS = 512
 # Ranged GETs one read runs at once.
 READ_PARALLEL = 8
 # A chunk this small may be the cut marker: read it to know.

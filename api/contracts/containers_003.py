@@ -63,7 +63,6 @@ from workflows.names import OPS_FAIL_UPDATE, OPS_REQUEUE_UPDATE
 # How long a next-job call gives matching to hand over a queued job (no long poll: the
 # design's worker sleeps and asks again).
 NEXT_JOB_WAIT_S = 0.25
-FOLLOW_POLL_S = 0.2
 FOLLOW_STATUS_S = 1.0
 # The states a worker's report may come from, per reported state (the design's
 # transitions; the same state again is always accepted).
@@ -352,7 +351,7 @@ def router(
                     if text:
                         yield text
                     return
-                await asyncio.sleep(FOLLOW_POLL_S)
+                await asyncio.sleep(store.follow_poll_s)
 
         return StreamingResponse(chunks(), media_type="text/plain")
 
