@@ -23,12 +23,17 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store
 
 from engine.log_store import (
@@ -43,15 +48,18 @@ from engine.log_store import (
     cut_marker,
     parse,
 )
+from workflows.errors import LogStoreUnavailable
 
 log = logging.getLogger("jobforge.logs")
+T = TypeVar("T")
 
 OFFSET_DIGITS = 20
 # Attempts whose chunk lists a process keeps, the least recently read let go (about
 # 120 bytes a chunk; one let go is listed from its start when next read).
 INDEX_ATTEMPTS = 512
-# Ranged GETs one read runs at once.
+# Ranged GETs one read runs at once; requests a process runs at once.
 READ_PARALLEL = 8
+IO_THREADS = 16
 # A chunk this small may be the cut marker: read it to know.
 MARKER_MAX = len(cut_marker(1024**3))
 # Stores at one offset lost to other writers before giving up (each loss means the log
@@ -62,6 +70,9 @@ APPEND_TRIES = 64
 FLUSH_S = 1.0
 FLUSH_BYTES = 256 * 1024
 FINAL_FLUSH_S = 10.0
+CONNECT_TIMEOUT_S = 5
+REQUEST_TIMEOUT_S = 30
+RETRY_S = 10
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,14 @@ class S3Location:
             self.bucket,
             prefix=self.prefix or None,
             config=config,  # type: ignore[arg-type]
-            client_options={"allow_http": plain_http},
+            client_options={
+                "allow_http": plain_http,
+                "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT_S),
+                "timeout": timedelta(seconds=REQUEST_TIMEOUT_S),
+            },
+            # A store that is away answers a reader or an uploader within seconds (a
+            # 503), not after the client's default of minutes of retries.
+            retry_config={"max_retries": 2, "retry_timeout": timedelta(seconds=RETRY_S)},
         )
 
 
@@ -112,6 +130,16 @@ def chunk_name(job_id: str, attempt: int, offset: int) -> str:
     return f"{job_id}/{attempt}/{offset:0{OFFSET_DIGITS}d}"
 
 
+@contextlib.contextmanager
+def _reached() -> Iterator[None]:
+    """The store's own errors (no answer, refused credentials, no bucket) as
+    LogStoreUnavailable: a 503 to the caller, not a 500."""
+    try:
+        yield
+    except BaseError as err:
+        raise LogStoreUnavailable(str(err).splitlines()[0] if str(err) else repr(err)) from err
+
+
 class S3LogStore(LogStore):
     """An attempt's log as a chain of chunk objects in a bucket."""
 
@@ -122,11 +150,22 @@ class S3LogStore(LogStore):
         self.location = location
         self._store = location.store()
         self._index: OrderedDict[tuple[str, int], _Chunks] = OrderedDict()
+        # obstore's blocking calls, each on a thread of this pool. Its coroutines run on a
+        # runtime whose threads may still hold Python objects when the interpreter exits,
+        # which aborts the process (SIGABRT, about one exit in three in a test here); a
+        # blocking call keeps every Python object on the calling thread.
+        self._pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="jobforge-logs")
+
+    async def _call(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A blocking obstore call, on the store's threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(call, *args, **kwargs))
 
     async def attempts(self, job_id: str) -> list[int]:
         if not JOB_ID.fullmatch(job_id):
             return []
-        found = await obstore.list_with_delimiter_async(self._store, f"{job_id}/")
+        with _reached():
+            found = await self._call(obstore.list_with_delimiter, self._store, f"{job_id}/")
         names = (prefix.rstrip("/").rsplit("/", 1)[-1] for prefix in found["common_prefixes"])
         return sorted(int(name) for name in names if name.isdigit())
 
@@ -178,9 +217,9 @@ class S3LogStore(LogStore):
             if end + len(rest) > max_bytes:
                 rest = cut_marker(max_bytes)
             try:
-                await obstore.put_async(
-                    self._store, chunk_name(job_id, attempt, end), rest, mode="create"
-                )
+                with _reached():
+                    name = chunk_name(job_id, attempt, end)
+                    await self._call(obstore.put, self._store, name, rest, mode="create")
             except (AlreadyExistsError, PreconditionError):
                 continue  # another writer stored at this end first: look again
             if known.end == end:  # nobody listed past it meanwhile
@@ -193,8 +232,13 @@ class S3LogStore(LogStore):
             return
         for key in [key for key in self._index if key[0] == job_id]:
             del self._index[key]
-        async for batch in obstore.list(self._store, f"{job_id}/", chunk_size=1000):
-            await obstore.delete_async(self._store, [meta["path"] for meta in batch])
+
+        def remove_all() -> None:
+            for batch in obstore.list(self._store, f"{job_id}/", chunk_size=1000):
+                obstore.delete(self._store, [meta["path"] for meta in batch])
+
+        with _reached():
+            await self._call(remove_all)
 
     def writer(self, job_id: str, attempt: int) -> AttemptLog:
         checked_job_id(job_id, attempt)
@@ -213,14 +257,19 @@ class S3LogStore(LogStore):
         self._index.move_to_end(key)
         last = known.chunks[-1][0] if known.chunks else None
         after = chunk_name(job_id, attempt, last) if last is not None else None
-        found: list[tuple[int, int]] = []
-        async for batch in obstore.list(
-            self._store, f"{job_id}/{attempt}/", offset=after, chunk_size=1000
-        ):
-            for meta in batch:
-                name = meta["path"].rsplit("/", 1)[-1]
-                if len(name) == OFFSET_DIGITS and name.isdigit():
-                    found.append((int(name), meta["size"]))
+        prefix = f"{job_id}/{attempt}/"
+
+        def listed() -> list[tuple[int, int]]:
+            found = []
+            for batch in obstore.list(self._store, prefix, offset=after, chunk_size=1000):
+                for meta in batch:
+                    name = meta["path"].rsplit("/", 1)[-1]
+                    if len(name) == OFFSET_DIGITS and name.isdigit():
+                        found.append((int(name), meta["size"]))
+            return found
+
+        with _reached():
+            found = await self._call(listed)
         # Another read of this attempt may have extended the list meanwhile.
         for offset, size in found:
             if offset == known.end:
@@ -246,10 +295,12 @@ class S3LogStore(LogStore):
 
         async def fetch(name: str, low: int, high: int) -> bytes:
             async with gate:
-                return bytes(await obstore.get_range_async(self._store, name, start=low, end=high))
+                got = await self._call(obstore.get_range, self._store, name, start=low, end=high)
+                return bytes(got)
 
         try:
-            parts = await asyncio.gather(*(fetch(*part) for part in wanted))
+            with _reached():
+                parts = await asyncio.gather(*(fetch(*part) for part in wanted))
         except FileNotFoundError:
             # Removed meanwhile (the job was cleaned up): forget what was known.
             self._index.pop((job_id, attempt), None)

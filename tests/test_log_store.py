@@ -1,9 +1,14 @@
 """The log store's promises, against each store (files, and an S3 bucket on a local
 moto server): reads and resumes by offset, the last-lines view, the cut at
 LOG_MAX_BYTES, a native attempt's writer, cleanup; and what is particular to S3: two
-replicas' stores on one bucket, a chunk per append, a tail that reads only the end."""
+replicas' stores on one bucket, a chunk per append, a tail that reads only the end, an
+unreachable bucket, a clean exit."""
 
 from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
 
 import obstore
 import pytest
@@ -12,7 +17,10 @@ from pydantic import ValidationError
 from engine import log_store
 from engine.log_s3 import S3LogStore, chunk_name
 from engine.log_store import CUT_MARKER, LogLine, LogSettings, LogStore, encode
+from tests.conftest import ROOT
 from tests.log_stores import S3_ENV, S3Server
+from worker.devserver import free_port
+from workflows.errors import LogStoreUnavailable
 
 
 def lines_of(*texts: str, stream: str = "stdout") -> list[LogLine]:
@@ -232,3 +240,61 @@ def test_the_url_names_bucket_prefix_and_endpoint_and_the_aws_variables_the_rest
     monkeypatch.delenv("LOG_STORE_URL")
     assert LogSettings().s3_location() is None
     assert isinstance(LogSettings().open(), log_store.FileLogStore)
+
+
+def test_an_unreachable_bucket_is_unavailable_within_seconds() -> None:
+    """No server at the endpoint: every access raises LogStoreUnavailable (a 503 to
+    the API's caller) at once, not after minutes of the client's retries."""
+    url = f"s3://logs/p?endpoint=http://127.0.0.1:{free_port()}"
+    store = LogSettings(LOG_STORE_URL=url, **S3_ENV).open()
+
+    async def each() -> None:
+        for access in (
+            store.read("j1", 1),
+            store.append_at("j1", 1, 0, lines_of("x")),
+            store.attempts("j1"),
+            store.remove("j1"),
+        ):
+            with pytest.raises(LogStoreUnavailable, match="log store is unavailable"):
+                await asyncio.wait_for(access, 30)
+
+    asyncio.run(each())
+
+
+PROCESS = """
+import asyncio, sys
+from engine.log_store import LogLine, LogSettings
+
+async def main():
+    store = LogSettings(LOG_STORE_URL=sys.argv[1], **{env!r}).open()
+    job = sys.argv[2]
+    end = await store.append_at(job, 1, 0, [LogLine(stream="stdout", text="x")])
+    assert (await store.read(job, 1))[1] == end
+    await store.tail(job, 1, 1)
+    writer = store.writer(job, 2)
+    writer.write("stdout", b"y\\n")
+    await writer.close()
+    assert await store.attempts(job) == [1, 2]
+    await store.remove(job)
+
+asyncio.run(main())
+"""
+
+
+def test_a_process_that_used_the_s3_store_exits_cleanly(s3_server: S3Server) -> None:
+    """The client's own coroutines left it to abort at interpreter exit about one time in
+    three (SIGABRT from its runtime's threads); twelve processes all exit 0."""
+    url = s3_server.store_url(s3_server.bucket())
+    code = PROCESS.format(env=S3_ENV)
+    # One after another: at once, the processes' exits happen to go well more often.
+    results = [
+        subprocess.run(
+            [sys.executable, "-c", code, url, f"job-{i}"],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        for i in range(12)
+    ]
+    assert [run.returncode for run in results] == [0] * 12, [run.stderr[-500:] for run in results]
