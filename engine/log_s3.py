@@ -152,7 +152,7 @@ class S3LogStore(LogStore):
         self._index: OrderedDict[tuple[str, int], _Chunks] = OrderedDict()
         # obstore's blocking calls, each on a thread of this pool. Its coroutines run on a
         # runtime whose threads may still hold Python objects when the interpreter exits,
-        # which aborts the process (SIGABRT, about one exit in three in a test here); a
+        # which aborts the process (SIGABRT, in some exits: tests/test_log_store.py); a
         # blocking call keeps every Python object on the calling thread.
         self._pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="jobforge-logs")
 

@@ -282,8 +282,8 @@ asyncio.run(main())
 
 
 def test_a_process_that_used_the_s3_store_exits_cleanly(s3_server: S3Server) -> None:
-    """The client's own coroutines left it to abort at interpreter exit about one time in
-    three (SIGABRT from its runtime's threads); twelve processes all exit 0."""
+    """With the client's own coroutines, some processes aborted at interpreter exit
+    (SIGABRT from its runtime's threads); twelve processes all exit 0."""
     url = s3_server.store_url(s3_server.bucket())
     code = PROCESS.format(env=S3_ENV)
     # One after another: at once, the processes' exits happen to go well more often.
