@@ -136,6 +136,8 @@ def _reached() -> Iterator[None]:
     LogStoreUnavailable: a 503 to the caller, not a 500."""
     try:
         yield
+    except (AlreadyExistsError, PreconditionError):
+        raise  # an answer, not an outage: another writer stored there first
     except BaseError as err:
         raise LogStoreUnavailable(str(err).splitlines()[0] if str(err) else repr(err)) from err
 
