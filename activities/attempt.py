@@ -19,7 +19,7 @@ from activities.container import ContainerRuntime
 from activities.runner import SolverRun
 from activities.solver import SolverLimits, SolverSource
 from engine.clock import now_ms
-from engine.log_store import AttemptLog, LogSettings
+from engine.log_store import AttemptLog, LogStore
 from workflows.errors import AttemptFailureDetails, ErrorType
 from workflows.models import AttemptInput, AttemptReport, AttemptResult, Progress
 from workflows.names import CLAIM_UPDATE, REPORT_SIGNAL, RUN_JOB_ACTIVITY
@@ -43,7 +43,7 @@ class RunnerConfig:
     # Shared by every job type this process serves: WORKER_CORES jobs at once in all.
     slots: asyncio.Semaphore | None = None
     # Where each attempt's output is written as it comes (docs/api.md, logs).
-    logs: LogSettings | None = None
+    logs: LogStore | None = None
     # Container jobs run with this runtime (CONTAINER_RUNTIME); None: not on this worker.
     containers: ContainerRuntime | None = None
     # Its node name (WORKER_HOST), recorded on the job as `host`.
@@ -184,16 +184,12 @@ class Attempt:
                 non_retryable=True,
             )
         logs = self._config.logs
-        log = (
-            AttemptLog(logs.root, self._inp.job_id, self._inp.attempt, logs.log_max_bytes)
-            if logs is not None
-            else None
-        )
+        log = logs.writer(self._inp.job_id, self._inp.attempt) if logs is not None else None
         try:
             run = await self._execute(argv, log)
         finally:
             if log is not None:
-                log.close()
+                await log.close()
             # A solver that finished within the delay never sends `running`.
             sent = await self._running.settle()
         limits = self._config.limits

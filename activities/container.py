@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.runner import SolverRun, run_solver
 from activities.solver import SolverLimits, progress_reader
-from engine.log_store import AttemptLog
+from engine.log_store import OutputSink
 from workflows.container_models import PARAMS_ENV, ContainerSpec, container_problem
 from workflows.errors import AttemptFailureDetails, ErrorType
 from workflows.models import Progress, RunSpec
@@ -152,7 +152,7 @@ async def run(
     limits: SolverLimits,
     on_start: Callable[[], Awaitable[None]] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
-    log_sink: AttemptLog | None = None,
+    log_sink: OutputSink | None = None,
 ) -> SolverRun:
     """Run one attempt's container within `job.max_runtime_ms`; whatever ends it, the
     container is gone when this returns."""

@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from activities.runner import SolverRun, run_solver
 from activities.solver_cache import SolverCache
 from engine.clock import now_ms
-from engine.log_store import AttemptLog
+from engine.log_store import OutputSink
 from workflows.errors import AttemptFailureDetails, ErrorType
 from workflows.models import AttemptResult, Progress, RunSpec
 
@@ -70,7 +70,7 @@ async def run(
     limits: SolverLimits,
     on_start: Callable[[], Awaitable[None]] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
-    log: AttemptLog | None = None,
+    log: OutputSink | None = None,
 ) -> SolverRun:
     """Run `argv --params <json>` within `job.max_runtime_ms` and `limits`; each
     progress line the solver writes to stderr goes to `on_progress`."""

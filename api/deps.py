@@ -25,7 +25,7 @@ from api.tenancy import Scope, current_scope
 from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings
-from engine.log_store import LogSettings
+from engine.log_store import LogSettings, LogStore
 
 __all__ = ["Authorized", "require_token"]
 
@@ -54,6 +54,8 @@ class Config:
     temporal: TemporalSettings
     logs: LogSettings = field(default_factory=LogSettings)
     contracts: ContractSettings = field(default_factory=ContractSettings)
+    # The store `logs` names (LOG_STORE_URL), one per app: it caches what it listed.
+    log_store: LogStore = field(default_factory=lambda: LogSettings().open())
 
 
 def _services(request: Request) -> Services:

@@ -27,6 +27,7 @@ from workflows.errors import (
     JobforgeError,
     JobGone,
     JobNotFound,
+    LogStoreUnavailable,
     PoolFull,
     ScheduleNotFound,
     TemporalCallFailed,
@@ -65,11 +66,13 @@ STATUS: dict[type[JobforgeError], int] = {
     TenantForbidden: 403,
     TemporalUnavailable: 503,
     TemporalCallFailed: 502,
+    LogStoreUnavailable: 503,
 }
 HEADERS: dict[type[JobforgeError], dict[str, str]] = {
     # RFC 9110: a 401 names its scheme; a 503 says when to come back.
     Unauthorized: {"WWW-Authenticate": "Bearer"},
     TemporalUnavailable: RETRY_AFTER,
+    LogStoreUnavailable: RETRY_AFTER,
 }
 
 

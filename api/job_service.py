@@ -40,12 +40,11 @@ from api import visibility
 from api.job_reads import FETCH_CONCURRENCY, JobReader
 from api.settings import PRIORITY_LIST_SPLIT, ApiSettings
 from api.tenancy import EVERY, Scope
-from engine import log_store
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings
 from engine.directory import known_job_types, register_job_type
 from engine.gates import Admitted, Gates
-from engine.log_store import LogSettings
+from engine.log_store import LogSettings, LogStore
 from engine.solver_urls import SolverUrlRefused, SolverUrlSettings, check_host, url_problem
 from workflows import search_attributes
 from workflows.container_models import container_problem
@@ -150,11 +149,11 @@ class JobService:
         settings: ApiSettings,
         solver_urls: SolverUrlSettings,
         gates: Gates,
-        logs: LogSettings | None = None,
+        logs: LogStore | None = None,
     ) -> None:
         self._client = client
         self._gates = gates
-        self._logs = logs or LogSettings()
+        self._logs = logs or LogSettings().open()
         self._temporal = temporal
         self._settings = settings
         self._solver_urls = solver_urls
@@ -699,7 +698,7 @@ class JobService:
                         return False  # deleted meanwhile
                     raise
             self._reader.forget(execution)
-            log_store.remove(self._logs.root, execution.id)
+            await self._logs.remove(execution.id)
             return True
 
         deleted = await asyncio.gather(*(delete(execution) for execution in rows.executions))

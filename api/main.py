@@ -93,13 +93,14 @@ def create_app(
     solver_urls = solver_urls or SolverUrlSettings()
     log_settings = LogSettings()
     contract_settings = contract_settings or ContractSettings()
+    log_store = log_settings.open()
     registry = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
         gates = Gates(client, temporal.task_queue, settings.gate_defaults())
-        job_service = JobService(client, temporal, settings, solver_urls, gates, log_settings)
+        job_service = JobService(client, temporal, settings, solver_urls, gates, log_store)
         feed = EventFeed(
             client,
             job_service,
@@ -149,7 +150,11 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.config = Config(
-        api=settings, temporal=temporal, logs=log_settings, contracts=contract_settings
+        api=settings,
+        temporal=temporal,
+        logs=log_settings,
+        contracts=contract_settings,
+        log_store=log_store,
     )
     app.state.metrics = registry
     app.state.max_body_bytes = settings.max_body_bytes

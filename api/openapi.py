@@ -114,6 +114,8 @@ def document(app: FastAPI) -> None:
                     add("409", "Conflicts with the job's state or an earlier request")
                 if method in ("post", "put", "patch"):
                     add("413", "Body larger than MAX_BODY_BYTES")
+                if "logs" in path:
+                    add("503", "Temporal or the job log store is unavailable; try again")
                 if path.startswith("/api/"):
                     add("503", "Temporal is unavailable; try again")
         app.openapi_schema = schema

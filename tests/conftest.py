@@ -28,6 +28,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench import harness as bench
 from bench.harness import CHROMIUM, CHROMIUM_ARGS, Proc, wait_until
+from engine.log_store import LogStore
+from tests.log_stores import BACKENDS, S3Server, open_store, start_s3_server
 from worker.devserver import DevServer, free_port, wait_for_port
 from worker.hub_client import pool_limits
 
@@ -182,6 +184,21 @@ def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A local S3-compatible server (moto), for the S3 log store."""
+    server = start_s3_server(tmp_path_factory.mktemp("s3") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def any_log_store(request: pytest.FixtureRequest, tmp_path: Path) -> LogStore:
+    """An empty log store of each kind: files, then an S3 bucket."""
+    s3 = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    return open_store(request.param, tmp_path, s3)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pytest
 
 from bench.harness import Proc, wait_until
 from engine import log_store
-from engine.log_store import LINE_MAX, LogLine
+from engine.log_store import LINE_MAX, LogLine, LogStore
 from tests.conftest import Api, Solver, base_env
 from worker.agent import Hub, LogUploader
 from worker.devserver import DevServer
@@ -177,8 +177,8 @@ class StoreHub:
     """The upload route in process, on a real log store: 200 with `next_offset`, or
     409 with `expected_offset`."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
         self.sent: list[int] = []
 
     async def call_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -187,24 +187,27 @@ class StoreHub:
         self.sent.append(body["offset"])
         lines = [LogLine.model_validate(line) for line in body["lines"]]
         try:
-            after = log_store.append_at(self.root, "j1", 2, body["offset"], lines, 1 << 20)
+            after = await self.store.append_at("j1", 2, body["offset"], lines, 1 << 20)
         except log_store.UploadConflictError as err:
             return httpx.Response(409, json={"expected_offset": err.expected_offset})
         return httpx.Response(200, json={"next_offset": after})
 
 
-def test_a_chunk_that_differs_from_the_stored_log_is_resent_at_its_end(tmp_path: Path) -> None:
+async def test_a_chunk_that_differs_from_the_stored_log_is_resent_at_its_end(
+    any_log_store: LogStore,
+) -> None:
+    store = any_log_store
     stored = [LogLine(stream="stdout", text="stored before")]
-    end = log_store.append_at(tmp_path, "j1", 2, 0, stored, 1 << 20)
-    fake = StoreHub(tmp_path)
+    end = await store.append_at("j1", 2, 0, stored, 1 << 20)
+    fake = StoreHub(store)
     logs = uploader(fake)
     logs.write("stderr", b"mine\n")  # sent at offset 0, where other bytes are stored
 
-    asyncio.run(logs.close())
+    await logs.close()
 
     assert fake.sent == [0, end]
-    assert log_store.read(tmp_path, "j1", 2)[0] == [*stored, LogLine(stream="stderr", text="mine")]
-    assert logs.offset == log_store.size(tmp_path, "j1", 2)
+    assert (await store.read("j1", 2))[0] == [*stored, LogLine(stream="stderr", text="mine")]
+    assert logs.offset == await store.size("j1", 2)
 
 
 def test_an_unreachable_hub_costs_lines_never_the_job() -> None:

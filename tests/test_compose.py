@@ -26,14 +26,18 @@ import yaml
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
+from engine.log_store import LogSettings
 from tests.conftest import ROOT
 from worker.devserver import DYNAMIC_CONFIG
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 PACKAGES = ("workflows", "engine", "activities", "api", "worker")
-# A version with at least major.minor: `16` or `latest` would move under the stack.
-PINNED_TAG = re.compile(r"^v?\d+\.\d+[\w.-]*$")
+# A version with at least major.minor (`16` or `latest` would move under the stack), or
+# one of MinIO's dated releases (`RELEASE.2025-04-22T22-12-26Z`).
+PINNED_TAG = re.compile(r"^(v?\d+\.\d+[\w.-]*|RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ)$")
+# What the stack needs from whoever starts it.
+SECRETS = {"FORGE_INGEST_SECRET": "s3cret", "MINIO_ROOT_PASSWORD": "m1nio-s3cret"}
 
 
 def compose() -> dict[str, Any]:
@@ -130,9 +134,12 @@ def compose_command() -> list[str]:
     )
 
 
-def run_config(compose_file: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def run_config(
+    compose_file: Path, *, quiet: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
     """`<compose> -f FILE config -q` in the repo, with `env` on top of a clean environment
-    (no TEMPORAL_* or secrets leaking in from the caller)."""
+    (no TEMPORAL_* or secrets leaking in from the caller); without `-q` when not `quiet`
+    (it prints the file resolved)."""
     base = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME", "LANG"}}
     return subprocess.run(
         [
@@ -142,7 +149,7 @@ def run_config(compose_file: Path, **env: str) -> subprocess.CompletedProcess[st
             "--project-directory",
             str(ROOT),
             "config",
-            "-q",
+            *(["-q"] if quiet else []),
         ],
         cwd=ROOT,
         env={**base, **env},
@@ -153,8 +160,16 @@ def run_config(compose_file: Path, **env: str) -> subprocess.CompletedProcess[st
     )
 
 
+def resolved() -> dict[str, Any]:
+    """The file as the compose tool resolves it (variables in, merge keys merged)."""
+    result = run_config(COMPOSE_FILE, quiet=False, **SECRETS)
+    assert result.returncode == 0, result.stderr
+    data: dict[str, Any] = yaml.safe_load(result.stdout)
+    return data
+
+
 def test_the_compose_tool_accepts_the_file() -> None:
-    result = run_config(COMPOSE_FILE, FORGE_INGEST_SECRET="s3cret")
+    result = run_config(COMPOSE_FILE, **SECRETS)
     assert result.returncode == 0, result.stderr
 
 
@@ -163,15 +178,16 @@ def test_the_compose_tool_rejects_a_file_with_an_unknown_key(tmp_path: Path) -> 
     broken.write_text(
         COMPOSE_FILE.read_text().replace("    deploy:\n", "    deploi:\n", 1), encoding="utf-8"
     )
-    result = run_config(broken, FORGE_INGEST_SECRET="s3cret")
+    result = run_config(broken, **SECRETS)
     assert result.returncode != 0
     assert "deploi" in result.stderr
 
 
-def test_the_stack_refuses_to_start_without_an_ingest_secret() -> None:
-    result = run_config(COMPOSE_FILE)
+@pytest.mark.parametrize("secret", sorted(SECRETS))
+def test_the_stack_refuses_to_start_without_its_secrets(secret: str) -> None:
+    result = run_config(COMPOSE_FILE, **{k: v for k, v in SECRETS.items() if k != secret})
     assert result.returncode != 0
-    assert "FORGE_INGEST_SECRET" in result.stderr
+    assert secret in result.stderr
 
 
 # -- images -------------------------------------------------------------------------
@@ -289,7 +305,7 @@ def test_no_one_shot_service_restarts_itself() -> None:
         for dependency, condition in (svc.get("depends_on") or {}).items()
         if condition.get("condition") == "service_completed_successfully"
     }
-    assert one_shots == {"temporal-schema", "temporal-namespace", "setup"}
+    assert one_shots == {"temporal-schema", "temporal-namespace", "setup", "minio-init"}
     for name in one_shots:
         assert services()[name]["restart"] == "no", name
 
@@ -315,7 +331,7 @@ def test_two_api_replicas_and_workers_that_scale() -> None:
 
 def test_every_long_running_service_has_a_healthcheck() -> None:
     svcs = services()
-    for name in ("postgresql", "temporal", "api", "worker"):
+    for name in ("postgresql", "temporal", "minio", "api", "worker"):
         assert svcs[name]["healthcheck"]["test"], name
     assert "/healthz" in " ".join(svcs["api"]["healthcheck"]["test"])
     worker_port = svcs["worker"]["environment"]["WORKER_METRICS_PORT"]
@@ -332,3 +348,38 @@ def test_temporal_gets_the_dynamic_config_the_dev_server_gets() -> None:
         key: json.loads(value) for key, value in DYNAMIC_CONFIG.items()
     }
     assert all(len(entries) == 1 and "constraints" not in entries[0] for entries in config.values())
+
+
+# -- the shared log store -------------------------------------------------------------
+
+
+def test_the_api_and_workers_share_one_log_store_the_minio_service_holds() -> None:
+    """Both read one LOG_STORE_URL: the bucket minio-init creates, on the minio service,
+    with MinIO's own credentials; they start once the bucket exists."""
+    svcs = resolved()["services"]
+    api, worker = svcs["api"]["environment"], svcs["worker"]["environment"]
+    keys = ("LOG_STORE_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+    assert {k: api[k] for k in keys} == {k: worker[k] for k in keys}
+    location = LogSettings(**{k: api[k] for k in keys}).s3_location()
+    assert location is not None
+    assert location.endpoint == "http://minio:9000"
+    minio, init = svcs["minio"], svcs["minio-init"]
+    assert minio["command"] == ["server", "/data"]  # the S3 API on its default port 9000
+    assert (location.access_key_id, location.secret_access_key) == (
+        minio["environment"]["MINIO_ROOT_USER"],
+        SECRETS["MINIO_ROOT_PASSWORD"],
+    )
+    assert location.bucket == init["environment"]["LOG_BUCKET"]
+    script = init["command"][0]
+    assert (
+        "http://minio:9000" in script
+        and 'mc mb --ignore-existing "jobforge/$$LOG_BUCKET"' in script
+    )
+    assert init["depends_on"]["minio"] == {"condition": "service_healthy"}
+    for name in ("api", "worker"):
+        assert svcs[name]["depends_on"]["minio-init"] == {
+            "condition": "service_completed_successfully"
+        }
+    # The bucket outlives the container; no host port reaches it.
+    assert [str(v).split(":")[1] for v in services()["minio"]["volumes"]] == ["/data"]
+    assert "ports" not in services()["minio"]

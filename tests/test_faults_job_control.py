@@ -33,10 +33,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.harness import wait_until
 from engine import log_store
-from engine.log_store import LINE_MAX, LogLine
+from engine.log_store import LINE_MAX, LogLine, LogSettings, LogStore
 from tests import faultkit
 from tests.conftest import PYTHON, Api, Solver, Stack, wait_until_async
 from tests.helpers import Collector
+from tests.log_stores import BACKENDS, S3_ENV, S3Server, append_repeatedly
 from worker.agent import Hub, LogUploader
 from worker.devserver import DevServer
 from workflows.job_states import JobStatus
@@ -904,27 +905,31 @@ def test_a_stopped_solver_group_that_ignores_sigterm_is_gone_within_the_grace(
     assert not _wait_execution_statuses(temporal, {job_id: job}, timeout=10)
 
 
-def test_an_overlapping_chunk_adds_only_its_lines_past_the_end(tmp_path: Path) -> None:
+async def test_an_overlapping_chunk_adds_only_its_lines_past_the_end(
+    any_log_store: LogStore,
+) -> None:
+    store = any_log_store
     lines = [LogLine(stream="stdout", text=f"line {i}") for i in range(7)]
     at = [len(log_store.encode(lines[:i])) for i in range(8)]
-    store = log_store.append_at
-    assert store(tmp_path, "j1", 1, 0, lines[:4], 1 << 20) == at[4]
-    assert store(tmp_path, "j1", 1, at[2], lines[2:7], 1 << 20) == at[7]
-    assert store(tmp_path, "j1", 1, at[1], lines[1:3], 1 << 20) == at[7]  # within: nothing
+    assert await store.append_at("j1", 1, 0, lines[:4], 1 << 20) == at[4]
+    assert await store.append_at("j1", 1, at[2], lines[2:7], 1 << 20) == at[7]
+    assert await store.append_at("j1", 1, at[1], lines[1:3], 1 << 20) == at[7]  # within
     other = [LogLine(stream="stderr", text="not what is stored"), *lines[7:]]
     with pytest.raises(log_store.UploadConflictError) as refused:
-        store(tmp_path, "j1", 1, at[6], [*other, lines[0]], 1 << 20)
+        await store.append_at("j1", 1, at[6], [*other, lines[0]], 1 << 20)
     assert refused.value.expected_offset == at[7]
-    path = log_store.attempt_path(tmp_path, "j1", 1)
-    assert path.read_bytes() == log_store.encode(lines)
+    with pytest.raises(log_store.UploadConflictError) as ahead:
+        await store.append_at("j1", 1, at[7] + 1, lines[:1], 1 << 20)
+    assert ahead.value.expected_offset == at[7]
+    assert await store.read_range("j1", 1, 0, None) == log_store.encode(lines)
 
 
 class StoreHub:
     """The log upload route in process: chunks go to the log store; the answer to the
     first call is lost after the chunk was stored."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
         self.calls = 0
 
     async def call_once(
@@ -937,13 +942,15 @@ class StoreHub:
         lines = [LogLine.model_validate(line) for line in body["lines"]]
         self.calls += 1
         try:
-            after = log_store.append_at(self.root, "j1", 1, body["offset"], lines, 1 << 20)
+            after = await self.store.append_at("j1", 1, body["offset"], lines, 1 << 20)
         except ValueError as err:
             return httpx.Response(409, json={"expected_offset": int(str(err))})
         return None if self.calls == 1 else httpx.Response(200, json={"next_offset": after})
 
 
-def test_an_agent_batch_resent_grown_after_a_lost_answer_loses_no_line(tmp_path: Path) -> None:
+async def test_an_agent_batch_resent_grown_after_a_lost_answer_loses_no_line(
+    any_log_store: LogStore,
+) -> None:
     """What the fault test's overlapping chunks stand for: the agent's uploader sends a
     batch, the answer is lost, more lines come, and it sends the grown batch again from
     the same offset."""
@@ -964,46 +971,62 @@ def test_an_agent_batch_resent_grown_after_a_lost_answer_loses_no_line(tmp_path:
             "max_attempts": 3,
         }
     )
-    hub = StoreHub(tmp_path)
+    hub = StoreHub(any_log_store)
     uploader = LogUploader(cast(Hub, hub), job, "w1")
 
-    async def run() -> None:
-        uploader.write("stdout", b"one\ntwo\n")
-        await uploader._upload_pending()  # stored; its answer lost
-        uploader.write("stderr", b"three\n")
-        uploader.write("stdout", b"four\n")
-        await uploader.close()
+    uploader.write("stdout", b"one\ntwo\n")
+    await uploader._upload_pending()  # stored; its answer lost
+    uploader.write("stderr", b"three\n")
+    uploader.write("stdout", b"four\n")
+    await uploader.close()
 
-    asyncio.run(run())
     expected = [("stdout", "one"), ("stdout", "two"), ("stderr", "three"), ("stdout", "four")]
-    stored, _ = log_store.read(tmp_path, "j1", 1)
+    stored, _ = await any_log_store.read("j1", 1)
     assert [(line.stream, line.text) for line in stored] == expected
     assert hub.calls == 2
 
 
-def _append_repeatedly(root: Path, barrier: Any, chunk: list[LogLine], times: int) -> None:
-    size = len(log_store.encode(chunk))
-    for i in range(times):
-        barrier.wait()
-        log_store.append_at(root, "j1", 1, i * size, chunk, 1 << 30)
+# Appends per process: S3 requests cost milliseconds each, file appends microseconds.
+REPLICA_APPENDS = {"files": 3000, "s3": 50}
 
 
-def test_a_chunk_sent_to_several_replicas_at_once_is_stored_once(tmp_path: Path) -> None:
-    """Four processes (as four API replicas on one log directory) store the same chunks
-    at the same moments: each chunk is kept once, and none is torn."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_chunk_sent_to_several_replicas_at_once_is_stored_once(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Four replicas on one log store store the same chunks (some resent grown) at the
+    same moments: each line is kept once, and none is torn."""
     chunk = [LogLine(stream="stdout", text=f"line {i} " + "x" * 50) for i in range(20)]
-    times = 3000
-    # Forked: the children run only the log store, and start at once.
-    fork = multiprocessing.get_context("fork")
-    barrier = fork.Barrier(4)
-    procs = [
-        fork.Process(target=_append_repeatedly, args=(tmp_path, barrier, chunk, times))
-        for _ in range(4)
-    ]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(120)
-    assert [proc.exitcode for proc in procs] == [0] * 4
-    path = log_store.attempt_path(tmp_path, "j1", 1)
-    assert path.read_bytes() == log_store.encode(chunk) * times
+    times = REPLICA_APPENDS[backend]
+    if backend == "files":
+        # Four forked processes: they run only the log store, and start at once.
+        settings: dict[str, Any] = {"LOG_DIR": str(tmp_path)}
+        fork = multiprocessing.get_context("fork")
+        barrier = fork.Barrier(4, timeout=60)
+        procs = [
+            fork.Process(target=append_repeatedly, args=(settings, barrier, chunk, times, k))
+            for k in range(4)
+        ]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(120)
+        assert [proc.exitcode for proc in procs] == [0] * 4
+    else:
+        # Four threads, each with a store and an event loop of its own (as a replica
+        # has its own client and chunk list): only the server decides which store wins.
+        # Not processes: the S3 client's runtime does not survive a fork, and a spawned
+        # interpreter's start would dwarf the race.
+        s3: S3Server = request.getfixturevalue("s3_server")
+        settings = {"LOG_STORE_URL": s3.store_url(s3.bucket()), **S3_ENV}
+        racers = threading.Barrier(4, timeout=60)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            runs = [
+                pool.submit(append_repeatedly, settings, racers, chunk, times, k) for k in range(4)
+            ]
+        # The racer that failed, not one that then waited in vain at the barrier.
+        errors = [run.exception() for run in runs]
+        real = [e for e in errors if e and not isinstance(e, threading.BrokenBarrierError)]
+        assert not real and not any(errors), real or errors
+    stored = asyncio.run(LogSettings(**settings).open().read_range("j1", 1, 0, None))
+    assert stored == log_store.encode(chunk) * times

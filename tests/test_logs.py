@@ -58,6 +58,13 @@ def test_a_jobs_output_is_stored_per_attempt_and_labelled_by_stream(
     assert sorted(lines(api, job_id)) == sorted(expected)  # the last attempt by default
     answer = api.http.get(f"/api/jobs/{job_id}/logs", params={"attempt": 1, "offset": 10**6})
     assert answer.json()["lines"] == []
+    # The last-lines view: the last N, and the offset to go on from (the end).
+    whole = api.http.get(f"/api/jobs/{job_id}/logs").json()
+    last = api.http.get(f"/api/jobs/{job_id}/logs", params={"last": 2}).json()
+    assert last["lines"] == whole["lines"][-2:]
+    assert last["next_offset"] == whole["next_offset"]
+    both = api.http.get(f"/api/jobs/{job_id}/logs", params={"last": 2, "offset": 5})
+    assert both.status_code == 422 and "last" in both.text
     assert api.http.get("/api/jobs/no-such-job/logs").status_code == 404
 
 
@@ -88,14 +95,16 @@ def test_following_a_running_job_streams_its_lines_until_it_ends(
     assert events[-1] == ("end", {"status": "completed"})
 
 
-def sse(api: Api, job_id: str, **headers: str) -> list[tuple[str, str | None, Any]]:
+def sse(
+    api: Api, job_id: str, params: dict[str, str] | None = None, **headers: str
+) -> list[tuple[str, str | None, Any]]:
     """Follow a job's log to its `end` event: (event, id, data) each. A stream that does
     not end within the read timeout fails the test."""
     events: list[tuple[str, str | None, Any]] = []
     with api.http.stream(
         "GET",
         f"/api/jobs/{job_id}/logs",
-        params={"follow": "1"},
+        params={"follow": "1", **(params or {})},
         headers=headers,
         timeout=httpx.Timeout(30, read=15),
     ) as stream:
@@ -129,6 +138,11 @@ def test_each_followed_line_has_its_own_id_and_last_event_id_resumes_after_it(
     assert ids[-1] == api.http.get(f"/api/jobs/{job_id}/logs").json()["next_offset"]
     assert [data["text"] for name, _, data in resumed if name == "log"] == texts[2:]
     assert [event_id for name, event_id, _ in resumed if name == "log"] == list(map(str, ids[2:]))
+    # `last=1`: the stream starts with the last line.
+    tail = sse(api, job_id, {"last": "1"})
+    assert [(data["text"], event_id) for name, event_id, data in tail if name == "log"] == [
+        (texts[-1], str(ids[-1]))
+    ]
 
 
 def test_following_a_job_cancelled_before_it_ran_ends_at_once(

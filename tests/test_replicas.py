@@ -9,6 +9,7 @@ in the middle of a stream is resumed on the other with `Last-Event-ID`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -20,7 +21,9 @@ import httpx
 import pytest
 
 from tests.conftest import Api, Solver, Stack, wait_until
-from tests.helpers import Collector, Sse
+from tests.helpers import Collector, Sse, read_events
+from tests.log_stores import S3Server
+from worker.devserver import DevServer
 
 LIFE = ["job:created", "job:assigned", "job:running", "job:completed"]
 NODES = {"node-a", "node-b"}
@@ -350,3 +353,109 @@ def key(event_id: str) -> tuple[int, str, int]:
     """An event id (`<ts>-<job id>-<seq>`) as its position in the stream."""
     ts, job_id, seq = event_id.split("-")
     return int(ts), job_id, int(seq)
+
+
+# -- one log store for every replica and worker ------------------------------------------
+
+# The solver prints two lines, waits for the gate, prints two more.
+TALKER = """
+print("out before", flush=True)
+print("err before", file=sys.stderr, flush=True)
+while not os.path.exists(params["gate"]):
+    time.sleep(0.02)
+print("err after", file=sys.stderr, flush=True)
+print(json.dumps({"done": params["i"]}))
+"""
+
+
+def log_texts(api: Api, job_id: str, **query: Any) -> list[str]:
+    """`GET /api/jobs/{id}/logs` on one replica: the texts of its lines."""
+    answer = api.http.get(f"/api/jobs/{job_id}/logs", params=query)
+    assert answer.status_code == 200, answer.text
+    return [line["text"] for line in answer.json()["lines"]]
+
+
+def followed(api: Api, job_id: str) -> tuple[list[str], dict[str, Any]]:
+    """Follow a job's log on one replica to its end: the texts, and the end's data."""
+    texts: list[str] = []
+    with api.http.stream(
+        "GET", f"/api/jobs/{job_id}/logs", params={"follow": "1"}, timeout=DEADLINE_S
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for sse in read_events(response):
+            if sse.event == "end":
+                return texts, sse.data
+            texts.append(sse.data["text"])
+    raise AssertionError(f"the log of {job_id} on {api.url} ended without an end event")
+
+
+def test_replicas_and_a_worker_on_one_s3_log_store_see_the_same_logs(
+    start_stack: Callable[..., Stack],
+    start_api: Callable[..., Api],
+    s3_server: S3Server,
+    make_solver: Callable[[str], Solver],
+    job_type: str,
+    tmp_path: Path,
+    temporal: DevServer,
+) -> None:
+    """The compose stack's layout: two API replicas and a native worker keep logs in one
+    bucket and nothing on their own disks. A native job's lines, written by the worker,
+    are read and followed on the replica that did not start it; an agent's chunks sent
+    to either replica, some to both, make one log that both read alike."""
+    bucket = s3_server.bucket()
+    env = s3_server.env(bucket)
+    stack = start_stack(**UNCACHED, **env)
+    second = start_api(**stack.queues, **UNCACHED, **env)
+    stack.procs.append(second.proc)
+    stack.worker(job_type, "node-s3", WORKER_CORES="1", **env)
+    replicas = Replicas(stack, second)
+    first = stack.api
+
+    gate = tmp_path / "gate"
+    job_id = first.submit(**make_solver(TALKER).spec(job_type, params={"gate": str(gate), "i": 1}))
+    first.wait_status(job_id, "running", timeout=DEADLINE_S)
+    # While it runs: replica 2 reads what the worker stored, then follows the rest.
+    wait_until(
+        lambda: sorted(log_texts(second, job_id)) == ["err before", "out before"],
+        timeout=DEADLINE_S,
+        what="the worker's first lines on replica 2",
+    )
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        follow = pool.submit(followed, second, job_id)
+        gate.touch()
+        texts, end = follow.result(timeout=DEADLINE_S + 10)
+    assert end == {"status": "completed"}
+    assert sorted(texts) == sorted(["out before", "err before", "err after", '{"done": 1}'])
+    assert log_texts(first, job_id) == log_texts(second, job_id)
+    assert log_texts(first, job_id, last=2) == log_texts(second, job_id)[-2:]
+
+    # An agent's attempt: its chunks go to one replica or the other, some to both.
+    agent_type = f"{job_type}-agent"
+    agent_job = first.submit(type=agent_type)
+    claim = second.http.post(
+        "/api/jobs/claim", json={"worker_id": "agent-s3", "types": [agent_type], "wait": 30}
+    )
+    assert claim.status_code == 200 and claim.json()["id"] == agent_job, claim.text
+    offset = 0
+    sent: list[str] = []
+    for i in range(6):
+        chunk = [{"stream": "stdout", "text": f"chunk {i} line {j}"} for j in range(3)]
+        body = {"worker_id": "agent-s3", "attempt": 1, "offset": offset, "lines": chunk}
+        # Every third to both replicas (a retry that reached another one), the rest in turn.
+        targets = (first, second) if i % 3 == 0 else (replicas.both[i % 2],)
+        ends = set()
+        for api in targets:
+            answer = api.http.post(f"/api/jobs/{agent_job}/logs", json=body)
+            assert answer.status_code == 200, answer.text
+            ends.add(answer.json()["next_offset"])
+        assert len(ends) == 1, ends  # the same end through either replica
+        offset = ends.pop()
+        sent += [line["text"] for line in chunk]
+    assert log_texts(first, agent_job) == log_texts(second, agent_job) == sent
+
+    # Nothing on a replica's or the worker's disk: all of it is in the bucket.
+    assert not (temporal.data_dir / "job-logs" / job_id).exists()
+    assert not (temporal.data_dir / "job-logs" / agent_job).exists()
+    keys = s3_server.keys(bucket)
+    assert any(key.startswith(f"jobforge/logs/{job_id}/1/") for key in keys), keys
+    assert any(key.startswith(f"jobforge/logs/{agent_job}/1/") for key in keys), keys

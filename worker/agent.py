@@ -14,7 +14,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import httpx
 from pydantic import Field
@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 from activities import container, solver
 from activities.container import WORKER_LABEL
 from activities.runner import watch_solvers_by_pidfd
-from engine.log_store import AttemptLog, split_lines
+from engine.log_store import split_lines
 from worker.host_telemetry import HostSampler
 from worker.hub_client import HubSettings, pool_limits
 from worker.node_identity import identified
@@ -322,13 +322,11 @@ class Agent:
         on_progress: Callable[[Progress], None],
         output: LogUploader,
     ) -> AttemptResult:
-        # solver.run only calls `log.write(stream, chunk)`, which the uploader has.
-        sink = cast(AttemptLog, output)
         node_id = self._worker.node_id
         spec = job.attempt_input()
         if job.container is None:
             argv = await self._source.argv(spec)
-            run = await solver.run(spec, argv, self._limits, on_start, on_progress, sink)
+            run = await solver.run(spec, argv, self._limits, on_start, on_progress, output)
             return solver.outcome(run, node_id, self._limits.max_output_bytes)
         if self._runtime is None:
             raise ApplicationError(
@@ -344,7 +342,7 @@ class Agent:
             self._limits,
             on_start,
             on_progress,
-            sink,
+            output,
         )
         return solver.outcome(run, node_id, self._limits.max_output_bytes, "container")
 

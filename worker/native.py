@@ -95,7 +95,7 @@ class NativeWorker:
             source=solver.source(settings.solvers),
             limits=solver.limits,
             slots=asyncio.Semaphore(settings.cores),
-            logs=LogSettings(),
+            logs=LogSettings().open(),
             containers=self._containers.runtime_client(),
             host=settings.host,
         )

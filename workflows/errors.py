@@ -229,6 +229,14 @@ class TemporalUnavailable(JobforgeError):  # noqa: N818 - the domain's own words
         super().__init__(f"Temporal is unavailable, try again: {detail}")
 
 
+class LogStoreUnavailable(JobforgeError):  # noqa: N818 - the domain's own words
+    """The job log store (an S3 bucket) cannot be reached or refused the call; try again
+    shortly."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the job log store is unavailable, try again: {detail}")
+
+
 class TemporalCallFailed(JobforgeError):  # noqa: N818 - the domain's own words
     """Temporal refused a call for a reason that is neither the caller's nor transient."""
 

@@ -55,8 +55,8 @@ from workflows.host_models import HostInfo
 from workflows.job_states import OPEN, JobStatus
 from workflows.models import Job
 
-# How often a followed log (`GET /logs/{id}`) is read, and its job's status.
-FOLLOW_POLL_S = 0.2
+# How often a followed log's job status is read (`GET /logs/{id}`; the log itself at the
+# store's own follow cadence).
 FOLLOW_STATUS_S = 1.0
 # The states each ops action takes a job from without `force`.
 OpsAction = Literal["requeue", "fail", "cancel"]
@@ -246,7 +246,7 @@ async def hosts(workers: WorkersDep, config: ConfigDep) -> list[Host]:
 @router.get("/file-logs/{job_id}", response_class=PlainTextResponse)
 async def file_logs(job: SimulationJob, files: SharedFilesDep) -> PlainTextResponse:
     """The job's whole log file, as text."""
-    text, _ = files.read_log(job, 0)
+    text, _ = await files.read_log(job, 0)
     return PlainTextResponse(text)
 
 
@@ -262,7 +262,7 @@ async def logs(
         loop = asyncio.get_running_loop()
         checked = loop.time()
         while True:
-            text, offset = files.read_log(current, offset)
+            text, offset = await files.read_log(current, offset)
             if text:
                 yield text
             if await request.is_disconnected():
@@ -271,11 +271,11 @@ async def logs(
                 checked = loop.time()
                 current = await jobs.get(job.id)
             if current.status not in OPEN and not text:
-                text, offset = files.read_log(current, offset)
+                text, offset = await files.read_log(current, offset)
                 if text:
                     yield text
                 return
-            await asyncio.sleep(FOLLOW_POLL_S)
+            await asyncio.sleep(files.store.follow_poll_s)
 
     return StreamingResponse(chunks(), media_type="text/plain")
 
@@ -321,7 +321,7 @@ async def delete(job: SimulationJob, files: SharedFilesDep) -> Deleted:
     shown = state_name(job, DESIGN)
     if job.status in OPEN:
         raise JobConflict(f"job is {shown}; stop it first", id=job.id, status=shown)
-    files.remove(job.id)
+    await files.remove(job.id)
     return Deleted(job_id=job.id, status=shown, artefacts_removed=True)
 
 

@@ -14,7 +14,7 @@ from fastapi import Depends
 from pydantic import JsonValue
 
 from api.deps import ConfigDep
-from engine import log_store
+from engine.log_store import LogStore
 from workflows.models import Job
 
 
@@ -24,7 +24,7 @@ class SharedFiles:
     log store."""
 
     shared: Path | None
-    logs_root: Path
+    store: LogStore
 
     def job_dir(self, job_id: str) -> Path | None:
         """The job's directory on the shared storage, if there is one."""
@@ -41,7 +41,7 @@ class SharedFiles:
             return None
         return found
 
-    def read_log(self, job: Job, offset: int) -> tuple[str, int]:
+    async def read_log(self, job: Job, offset: int) -> tuple[str, int]:
         """The log from byte `offset` on, and the offset after it: the file the worker
         writes on the shared storage when there is one, else the core's log store (its
         own workers' and agents' output)."""
@@ -54,25 +54,24 @@ class SharedFiles:
             except OSError:
                 return "", offset
             return data.decode("utf-8", errors="replace"), offset + len(data)
-        root = self.logs_root
-        attempt = job.attempt or next(iter(log_store.attempts(root, job.id)[-1:]), None)
+        attempt = job.attempt or next(iter((await self.store.attempts(job.id))[-1:]), None)
         if not attempt:
             return "", offset
-        lines, after = log_store.read(root, job.id, attempt, offset)
+        lines, after = await self.store.read(job.id, attempt, offset)
         return "".join(f"{line.text}\n" for line in lines), after
 
-    def remove(self, job_id: str) -> None:
+    async def remove(self, job_id: str) -> None:
         """Remove the job's logs, and its directory on the shared storage."""
-        log_store.remove(self.logs_root, job_id)
+        await self.store.remove(job_id)
         directory = self.job_dir(job_id)
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
 def shared_files(config: ConfigDep) -> SharedFiles:
-    """The app's 003 files (`VM_SHARED_DATA`, `LOG_DIR`)."""
+    """The app's 003 files (`VM_SHARED_DATA`, the log store)."""
     shared = config.contracts.shared_data
-    return SharedFiles(Path(shared) if shared else None, config.logs.root)
+    return SharedFiles(Path(shared) if shared else None, config.log_store)
 
 
 SharedFilesDep = Annotated[SharedFiles, Depends(shared_files)]

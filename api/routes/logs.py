@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path as FilePath
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
@@ -14,8 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from api.deps import Authorized, ConfigDep, JobsDep, ScopeDep
-from engine import log_store
-from engine.log_store import LogLine
+from engine.log_store import LogLine, LogStore, UploadConflictError
 from workflows.errors import InvalidField, JobConflict
 from workflows.job_states import HELD, is_ended
 from workflows.models import WORKER_ID_PATTERN, Job
@@ -23,10 +21,10 @@ from workflows.models import WORKER_ID_PATTERN, Job
 router = APIRouter(prefix="/api/jobs", tags=["logs"], dependencies=[Authorized])
 
 JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Job id")]
-FOLLOW_POLL_S = 0.2
 # How often a follower re-reads the job to learn that the attempt is over.
 FOLLOW_STATUS_S = 1.0
 UPLOAD_LINES_MAX = 2000
+LAST_MAX = 10_000
 
 
 class JobLog(BaseModel):
@@ -67,12 +65,12 @@ class Uploaded(BaseModel):
     next_offset: int
 
 
-def _attempt_of(job: Job, asked: int | None, root: FilePath) -> int | None:
+async def _attempt_of(job: Job, asked: int | None, store: LogStore) -> int | None:
     if asked is not None:
         return asked
     if job.attempt:
         return job.attempt
-    found = log_store.attempts(root, job.id)
+    found = await store.attempts(job.id)
     return found[-1] if found else None
 
 
@@ -106,20 +104,32 @@ async def get_logs(
     scope: ScopeDep,
     attempt: Annotated[int | None, Query(ge=1, description="Default: the current or last")] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
+    last: Annotated[
+        int | None,
+        Query(ge=1, le=LAST_MAX, description="Only the last N lines (then follow from there)"),
+    ] = None,
     follow: bool = False,
 ) -> Response | JobLog:
-    """The attempt's stdout and stderr lines, labelled by stream. With `follow=1` or
-    `Accept: text/event-stream`: a stream of `log` events (one per line, its id the byte
-    offset after it; `Last-Event-ID` resumes there) while the attempt runs, then an
-    `end` event. Another tenant's job is a 404."""
+    """The attempt's stdout and stderr lines, labelled by stream; with `last=N` only the
+    last N (read back from the end: its cost follows N, not the log's size). With
+    `follow=1` or `Accept: text/event-stream`: a stream of `log` events (one per line,
+    its id the byte offset after it; `Last-Event-ID` resumes there) while the attempt
+    runs, then an `end` event. Another tenant's job is a 404."""
+    if last is not None and offset:
+        raise InvalidField("last", "cannot be combined with offset (it reads from the end)")
     job = await jobs.get(job_id, scope)
-    root = config.logs.root
-    number = _attempt_of(job, attempt, root)
+    store = config.log_store
+    number = await _attempt_of(job, attempt, store)
     streaming = follow or "text/event-stream" in request.headers.get("accept", "")
     if not streaming:
         if number is None:
             return JobLog(job_id=job_id, attempt=None, lines=[], next_offset=0)
-        lines, after = log_store.read(root, job_id, number, offset)
+        if last is not None:
+            _, found = await store.tail(job_id, number, last)
+            after = found[-1][1] if found else await store.size(job_id, number)
+            lines = [line for line, _ in found]
+        else:
+            lines, after = await store.read(job_id, number, offset)
         return JobLog(job_id=job_id, attempt=number, lines=lines, next_offset=after)
     if number is None:
         if is_ended(job.status, job.fail_reason):
@@ -132,14 +142,19 @@ async def get_logs(
     # Each line's event id is the byte offset after it: a reconnect that sends it back
     # as Last-Event-ID resumes with the next line.
     resumed = request.headers.get("last-event-id", "")
-    start = int(resumed) if resumed.isdigit() else offset
+    if resumed.isdigit():
+        start = int(resumed)
+    elif last is not None:
+        start, _ = await store.tail(job_id, number, last)
+    else:
+        start = offset
 
     async def events() -> AsyncIterator[bytes]:
         position = start
         current = job
         checked = asyncio.get_running_loop().time()
         while True:
-            found = log_store.read_ends(root, job_id, number, position)
+            found = await store.read_ends(job_id, number, position)
             for line, after in found:
                 yield _sse("log", line.model_dump(), after)
                 position = after
@@ -151,11 +166,11 @@ async def get_logs(
                 current = await jobs.get(job_id, scope)
             if _over(current, number) and not found:
                 # One last read: what the worker wrote just before the end.
-                for line, after in log_store.read_ends(root, job_id, number, position):
+                for line, after in await store.read_ends(job_id, number, position):
                     yield _sse("log", line.model_dump(), after)
                 yield _sse("end", {"status": current.status.value})
                 return
-            await asyncio.sleep(FOLLOW_POLL_S)
+            await asyncio.sleep(store.follow_poll_s)
 
     return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -176,12 +191,9 @@ async def upload_logs(
             f"attempt {body.attempt} of job {job_id} is not held by {body.worker_id}",
             id=job_id,
         )
-    logs = config.logs
     lines: list[LogLine] = list(body.lines)
     try:
-        after = log_store.append_at(
-            logs.root, job_id, body.attempt, body.offset, lines, logs.log_max_bytes
-        )
-    except log_store.UploadConflictError as err:
+        after = await config.log_store.append_at(job_id, body.attempt, body.offset, lines)
+    except UploadConflictError as err:
         raise JobConflict(err.reason, id=job_id, expected_offset=err.expected_offset) from err
     return Uploaded(next_offset=after)
