@@ -82,7 +82,7 @@ class Delivery:
 
 
 @dataclass
-class Waiter:
+class Claimer:
     """A claimer waiting for a task on one or more queues."""
 
     worker_id: str
@@ -94,7 +94,7 @@ class QueuePump:
     """Polls of one activity task queue, started only while claimers wait."""
 
     name: str
-    waiters: deque[Waiter] = field(default_factory=deque)
+    waiters: deque[Claimer] = field(default_factory=deque)
     held: deque[Delivery] = field(default_factory=deque)
     polls: int = 0
 
@@ -224,7 +224,7 @@ class Bridge:
             if pump is not None and pump.held:
                 return pump.held.popleft()
         future: asyncio.Future[Delivery] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(worker_id, future)
+        waiter = Claimer(worker_id, future)
         for name in queues:
             pump = self._pumps.setdefault(name, QueuePump(name))
             pump.waiters.append(waiter)

@@ -95,7 +95,7 @@ def _options(
 API_KEEPALIVE_S = 75
 
 
-class LogSettings(BaseSettings):
+class LoggingSettings(BaseSettings):
     """Logging of the long-running commands (env LOG_LEVEL)."""
 
     model_config = SettingsConfigDict(extra="ignore")
@@ -105,7 +105,7 @@ class LogSettings(BaseSettings):
 
 def _logging() -> None:
     with _settings("logging"):
-        level = LogSettings().level.upper()
+        level = LoggingSettings().level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
