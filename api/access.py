@@ -51,6 +51,8 @@ ROUTES: dict[str, Access] = {
     "GET /api/jobs/page": READ,
     "GET /api/jobs/counts": READ,
     "GET /api/config": READ,
+    # Who changed which job and when (the transitions with `by` set).
+    "GET /api/audit": READ,
     # Who the token is (its role and tenant, what the dashboard may show): any token.
     "GET /api/whoami": ANY,
     # The agent protocol.

@@ -490,6 +490,7 @@ class JobService:
         pool: str | None = None,
         target: str | None = None,
         worker: str | None = None,
+        id_prefix: str | None = None,
         scope: Scope = EVERY,
     ) -> JobList:
         """One page of jobs, at a cost that grows with `offset + limit`, never with the
@@ -505,6 +506,7 @@ class JobService:
             pool=pool,
             target=target,
             worker=worker,
+            id_prefix=id_prefix,
             tenant=scope.query_tenant,
         )
         signed_for = f"{order.value}:{query}"

@@ -7,9 +7,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.client import Client
 
 from api import visibility
@@ -21,6 +22,18 @@ from workflows.search_attributes import EVERY_TENANT, job_filter
 
 T = TypeVar("T")
 log = logging.getLogger("jobforge.views")
+
+
+@dataclass(frozen=True)
+class PageFilter:
+    """A page's filters besides status, type and tenant: each a search attribute (or
+    the workflow id) that visibility serves from its index."""
+
+    group: str | None = None
+    pool: str | None = None
+    target: str | None = None
+    worker: str | None = None
+    id_prefix: str | None = None
 
 
 class JobPage(BaseModel):
@@ -141,12 +154,24 @@ class JobViews:
         limit: int,
         page_token: str | None,
         tenant: str | None = EVERY_TENANT,
+        narrow: PageFilter | None = None,
     ) -> JobPage:
         """A page of job summaries in visibility's own order (open jobs first, newest
         started first, then closed ones, most recently closed first), from memos: one
         visibility call at any job count. Of one tenant's jobs unless EVERY_TENANT (the
-        token is signed for the query, tenant clause included)."""
-        query = job_filter(status, job_type, tenant=tenant)
+        token is signed for the query, tenant clause included); `narrow` adds the
+        search-attribute filters (each a clause of the same one query)."""
+        narrow = narrow or PageFilter()
+        query = job_filter(
+            status,
+            job_type,
+            group=narrow.group,
+            pool=narrow.pool,
+            target=narrow.target,
+            worker=narrow.worker,
+            id_prefix=narrow.id_prefix,
+            tenant=tenant,
+        )
         token = self._tokens.open(query, page_token) if page_token else None
         rows, after = await visibility.recent_infos(self._client, query, limit=limit, token=token)
         # Only the id and the memo of each row are read.
@@ -192,3 +217,69 @@ def _tenant_key(tenant: str | None) -> str:
     if tenant == EVERY_TENANT:
         return tenant
     return "" if tenant is None else f"={tenant}"
+
+
+class AuditEntry(BaseModel):
+    """One change a caller made to a job (a transition with `by` set)."""
+
+    job_id: str
+    type: str
+    tenant: str | None
+    ts: int = Field(description="When (epoch ms)")
+    by: str = Field(description="Who: a token's `<name> (<id>)`, `bootstrap`, `ops: <caller>`")
+    status: JobStatus = Field(description="What the job went to")
+    attempt: int
+    reason: str | None
+
+
+class AuditPage(BaseModel):
+    """Changes made by callers, newest first, found among the jobs read."""
+
+    entries: list[AuditEntry]
+    jobs_read: int = Field(description="How many jobs' memos were read (at most twice the limit)")
+
+
+# Open jobs, newest started first; closed ones, most recently closed first (each a
+# visibility listing in its own order).
+_OPEN = "ExecutionStatus = 'Running'"
+_CLOSED = "ExecutionStatus != 'Running'"
+
+
+async def audit(client: Client, limit: int, tenant: str | None = EVERY_TENANT) -> AuditPage:
+    """Who stopped, cancelled, re-queued or failed which job, and when: the transitions
+    after the submission with `by` set in the memos (each job's last EVENTS_MEMO_KEEP
+    transitions) of the `limit` most recently closed jobs and the `limit` newest open
+    ones. Two listings of `limit` rows: O(limit) at any job count."""
+    query = job_filter(tenant=tenant)
+    listed = await asyncio.gather(
+        *(
+            visibility.recent(client, f"{query} AND {part}", offset=0, limit=limit)
+            for part in (_CLOSED, _OPEN)
+        )
+    )
+    entries: list[AuditEntry] = []
+    read = 0
+    for rows in listed:
+        for execution in rows.executions:
+            raw = (await execution.memo()).get(EVENTS_MEMO)
+            if raw is None:
+                continue
+            read += 1
+            memo = EventsMemo.model_validate(raw)
+            entries += [
+                AuditEntry(
+                    job_id=execution.id,
+                    type=memo.type,
+                    tenant=memo.tenant,
+                    ts=t.ts,
+                    by=t.by,
+                    status=t.status,
+                    attempt=t.attempt,
+                    reason=t.reason,
+                )
+                for t in memo.transitions
+                # The first transition names its submitter: every job has one.
+                if t.by and t.seq > 1
+            ]
+    entries.sort(key=lambda e: (e.ts, e.job_id), reverse=True)
+    return AuditPage(entries=entries, jobs_read=read)

@@ -12,6 +12,7 @@ from api.contracts.admission_001 import IntentIn
 from tests.conftest import ROOT
 from tests.test_readme import section, sh_steps
 from workflows import search_attributes
+from workflows.models import EVENTS_MEMO_KEEP
 
 README = (ROOT / "README.md").read_text()
 NUMBERS = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11}
@@ -61,3 +62,14 @@ def test_001s_cost_units_is_required_in_the_adapter_and_marked_so_in_contracts_m
         IntentIn.model_validate({"addon_id": "visuals", "job_type": "indexing"})
 
     assert [error["loc"] for error in refused.value.errors()] == [("cost_units",)]
+
+
+def test_the_audit_docs_state_the_limits_the_code_uses() -> None:
+    api_doc = (ROOT / "docs" / "api.md").read_text()
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    console = (ROOT / "api" / "static" / "console.js").read_text()
+    limit = re.search(r"^const AUDIT_LIMIT = (\d+);$", console, re.MULTILINE)
+    assert limit, "AUDIT_LIMIT is gone from console.js"
+
+    assert f"each job's last {EVENTS_MEMO_KEEP} transitions" in api_doc
+    assert f"memos of the {limit.group(1)} most recently closed jobs" in operations

@@ -86,3 +86,35 @@ def test_the_cli_client_pages_through_a_listing_to_its_end(api: Api, jobs: dict[
 
     assert len(first.json()) == 1 and first.headers["Next-Page-Token"]
     assert sorted(paged) == sorted([jobs["b"], jobs["c"]])
+
+
+def test_the_list_and_the_page_take_an_id_prefix_and_the_worker(
+    api: Api, job_type: str, jobs: dict[str, str]
+) -> None:
+    # Ids are uuid7s: all but their last characters name one job among these.
+    for name in ("a", "b", "c", "d"):
+        prefix = jobs[name][:-3]
+        wait_until(
+            lambda p=prefix, n=name: listed(api, type=job_type, id_prefix=p) == {jobs[n]},  # type: ignore[misc]
+            timeout=30,
+            what=f"the list for the prefix {prefix} to be job {name}",
+        )
+        page = api.http.get("/api/jobs/page", params={"type": job_type, "id_prefix": prefix})
+        assert page.status_code == 200, page.text
+        assert [job["id"] for job in page.json()["jobs"]] == [jobs[name]]
+    assert listed(api, type=job_type, id_prefix="zz-none") == set()
+    # The page takes the list's search-attribute filters too; these jobs are unclaimed.
+    page = api.http.get("/api/jobs/page", params={"pool": jobs["pool"], "worker": "w-none"})
+    assert page.status_code == 200, page.text
+    assert page.json()["jobs"] == []
+    page = api.http.get("/api/jobs/page", params={"pool": jobs["pool"]})
+    assert {job["id"] for job in page.json()["jobs"]} == {jobs["a"], jobs["c"]}
+
+
+@pytest.mark.parametrize("path", ["/api/jobs", "/api/jobs/page"])
+@pytest.mark.parametrize("value", ["a'b", "x y", "", "a" * 65])
+def test_a_bad_id_prefix_answers_422_naming_it(api: Api, path: str, value: str) -> None:
+    response = api.http.get(path, params={"id_prefix": value})
+
+    assert response.status_code == 422, response.text
+    assert "id_prefix" in response.json()["error"]

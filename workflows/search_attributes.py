@@ -95,13 +95,14 @@ def job_filter(
     pool: str | None = None,
     target: str | None = None,
     worker: str | None = None,
+    id_prefix: str | None = None,
     tenant: str | None = EVERY_TENANT,
 ) -> str:
     """A visibility query for jobs counted under `status` (or one of `statuses`; see
     `kinds_clause`), of this type, group, pool, target and worker (the one holding, or
-    that last held, the current attempt; each optional), of one tenant
-    (None: of no tenant; EVERY_TENANT, the default: of any). Values are the
-    validated names of workflows/models.py, which never hold a quote."""
+    that last held, the current attempt), whose id starts with `id_prefix` (each
+    optional), of one tenant (None: of no tenant; EVERY_TENANT, the default: of any).
+    Values are the validated names of workflows/models.py, which never hold a quote."""
     clauses = [JOBS]
     if tenant != EVERY_TENANT:
         clauses.append(tenant_clause(tenant))
@@ -114,6 +115,9 @@ def job_filter(
     for key, value in named:
         if value is not None:
             clauses.append(f"{key.name} = '{value}'")
+    if id_prefix is not None:
+        # Served by visibility's WorkflowId index: a range read, never a scan.
+        clauses.append(f"WorkflowId STARTS_WITH '{id_prefix}'")
     return " AND ".join(clauses)
 
 

@@ -10,9 +10,16 @@ from pydantic import BaseModel, Field
 
 from api import access
 from api.auth import PrincipalDep
-from api.deps import Authorized, ConfigDep, ScopeDep, ViewsDep
-from api.job_views import JobPage
-from api.routes.jobs import StatusFilter
+from api.deps import Authorized, ClientDep, ConfigDep, ScopeDep, ViewsDep
+from api.job_views import AuditPage, JobPage, PageFilter, audit
+from api.routes.jobs import (
+    GroupFilter,
+    IdPrefixFilter,
+    PoolFilter,
+    StatusFilter,
+    TargetFilter,
+    WorkerFilter,
+)
 from workflows.models import TYPE_PATTERN
 from workflows.token_models import Role
 
@@ -77,12 +84,33 @@ async def jobs_page(
     scope: ScopeDep,
     status: StatusFilter = None,
     type: TypeFilter = None,
+    group: GroupFilter = None,
+    pool: PoolFilter = None,
+    target: TargetFilter = None,
+    worker: WorkerFilter = None,
+    id_prefix: IdPrefixFilter = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> JobPage:
     """Job summaries one page at a time (cheap at any job count): open jobs first,
-    newest first, then closed ones, most recently closed first."""
-    return await views.page(status, type, limit, page_token, scope.query_tenant)
+    newest first, then closed ones, most recently closed first. Filtered as
+    `GET /api/jobs` is (each filter a clause of the one visibility query); an admin
+    reads one tenant's with `X-Tenant`."""
+    narrow = PageFilter(group=group, pool=pool, target=target, worker=worker, id_prefix=id_prefix)
+    return await views.page(status, type, limit, page_token, scope.query_tenant, narrow)
+
+
+@router.get("/audit", response_model=AuditPage)
+async def read_audit(
+    client: ClientDep,
+    scope: ScopeDep,
+    limit: Annotated[int, Query(ge=1, le=200, description="Jobs read of each kind")] = 50,
+) -> AuditPage:
+    """Who changed which job and when (stop, cancel, ops overrides, re-queues), newest
+    first: the transitions with `by` set among the `limit` most recently closed jobs
+    and the `limit` newest open ones (two visibility listings, O(limit)). A tenant's
+    caller reads only its tenant's jobs."""
+    return await audit(client, limit, scope.query_tenant)
 
 
 @router.get("/jobs/counts", response_model=dict[str, int])

@@ -34,6 +34,19 @@ StatusFilter = Annotated[
     CountKind | None,
     Query(description="A status, or `cancelled`; `failed` leaves cancelled jobs out"),
 ]
+# The list's other filters, each served by visibility's index (a search attribute, or
+# the workflow id for a prefix).
+PoolFilter = Annotated[str | None, Query(pattern=TENANT_GATE_PATTERN, description="Its pool")]
+GroupFilter = Annotated[str | None, Query(pattern=TENANT_GATE_PATTERN, description="Its group")]
+TargetFilter = Annotated[str | None, Query(pattern=TARGET_PATTERN, description="Its serial target")]
+WorkerFilter = Annotated[
+    str | None,
+    Query(pattern=WORKER_ID_PATTERN, description="The worker of its current or last attempt"),
+]
+IdPrefixFilter = Annotated[
+    str | None,
+    Query(pattern=FIRED_JOB_ID_PATTERN, description="Its id starts with this"),
+]
 
 # Routes of their own under /api/jobs/. A job id path segment never takes these names, so
 # each such path is served by its own route for every method: `DELETE /api/jobs/counts`
@@ -131,17 +144,11 @@ async def list_jobs(
     scope: ScopeDep,
     status: StatusFilter = None,
     type: Annotated[str | None, Query(pattern=TYPE_PATTERN)] = None,
-    pool: Annotated[str | None, Query(pattern=TENANT_GATE_PATTERN, description="Its pool")] = None,
-    group: Annotated[
-        str | None, Query(pattern=TENANT_GATE_PATTERN, description="Its group")
-    ] = None,
-    target: Annotated[
-        str | None, Query(pattern=TARGET_PATTERN, description="Its serial target")
-    ] = None,
-    worker: Annotated[
-        str | None,
-        Query(pattern=WORKER_ID_PATTERN, description="The worker of its current or last attempt"),
-    ] = None,
+    pool: PoolFilter = None,
+    group: GroupFilter = None,
+    target: TargetFilter = None,
+    worker: WorkerFilter = None,
+    id_prefix: IdPrefixFilter = None,
     limit: Annotated[
         int, Query(ge=1, description=f"Page size; above {LIST_LIMIT_MAX} it is cut to it")
     ] = 50,
@@ -158,8 +165,9 @@ async def list_jobs(
     `group` and `target` narrow the list to the jobs submitted with that name (search
     attributes set at submit, so no index beyond the listing's own is read); `worker`
     to the jobs whose current or last attempt that worker holds or held (a search
-    attribute kept on every transition). A tenant's caller lists only its tenant's
-    jobs; an admin lists one tenant's with `X-Tenant`."""
+    attribute kept on every transition); `id_prefix` to the jobs whose id starts with
+    it (visibility's `WorkflowId STARTS_WITH`, a range of its index). A tenant's caller
+    lists only its tenant's jobs; an admin lists one tenant's with `X-Tenant`."""
     listed = await jobs.list_jobs(
         None,
         type,
@@ -172,6 +180,7 @@ async def list_jobs(
         pool=pool,
         target=target,
         worker=worker,
+        id_prefix=id_prefix,
         scope=scope,
     )
     if listed.next_page_token:

@@ -55,6 +55,8 @@ const state = {
   me: null, // GET /api/whoami: the token's name, role, tenant and the actions it may use
   status: null, // status filter, or null for all
   type: null, // type filter, or null
+  filters: {}, // every filter of the table, from the address (static/console.js)
+  workers: [], // GET /api/workers, as last read
   tokens: [null], // tokens[i]: page_token of page i (page 0 has none)
   page: 0,
   nextToken: null,
@@ -288,7 +290,11 @@ async function start() {
   $("#app").hidden = false;
   $("#sign-out").hidden = false;
   showError("");
+  // The view the address names (a pasted link: after the sign-in, too).
+  const asked = parseHash(location.hash).filters;
+  Object.assign(state, { filters: asked, status: asked.status, type: asked.type });
   renderChips();
+  renderFilterInputs();
   // The jobs table first: the other panels' reads (counts, fleet, gates) cost more as
   // the jobs pile up, and on a small server they would slow the first rows down.
   await guard(loadPage);
@@ -296,6 +302,7 @@ async function start() {
     guard(loadCounts), guard(loadFleet), guard(loadGroups), guard(loadPools), guard(loadTargets),
     guard(loadSchedules),
   ]);
+  applyRoute();
   openStream();
   schedulePanels();
 }
@@ -331,7 +338,7 @@ async function loadCounts() {
   const type = state.type;
   const params = new URLSearchParams();
   if (type) params.set("type", type);
-  const response = await api(`/api/jobs/counts?${params}`);
+  const response = await api(`/api/jobs/counts?${params}`, { headers: tenantHeaders() });
   if (!response.ok) throw new Error(await errorText(response));
   const counts = await response.json();
   const asOf = Number(response.headers.get("X-Counts-As-Of")) || Date.now();
@@ -368,28 +375,10 @@ const refreshSoon = debounce(
   2000,
 );
 
+// A chip changes the address; the route then reads the page (static/console.js).
 function setStatusFilter(status) {
-  state.status = status;
-  resetPages();
-  renderChipsPressed();
-  guard(loadPage);
+  filterTo({ status });
 }
-
-const typeChanged = debounce(() => {
-  const input = $("#type-filter");
-  const value = input.value.trim();
-  if (value && !TYPE_RE.test(value)) {
-    input.setCustomValidity("not a job type");
-    input.reportValidity();
-    return;
-  }
-  input.setCustomValidity("");
-  if ((value || null) === state.type) return;
-  state.type = value || null;
-  resetPages();
-  guard(loadPage);
-  guard(loadCounts);
-}, 300);
 
 // ---------------------------------------------------------------- the jobs page
 
@@ -408,13 +397,13 @@ function overlay(job) {
 async function loadPage() {
   const generation = ++state.generation;
   state.pageDirty = false;
-  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
   // A chip's name is the API's filter: `cancelled` too, and `failed` leaves those out.
-  if (state.status) params.set("status", state.status);
-  if (state.type) params.set("type", state.type);
+  const params = pageParams(new URLSearchParams({ limit: String(PAGE_SIZE) }));
   const token = state.tokens[state.page];
   if (token) params.set("page_token", token);
-  const page = await getJson(`/api/jobs/page?${params}`);
+  const response = await api(`/api/jobs/page?${params}`, { headers: tenantHeaders() });
+  if (!response.ok) throw new Error(await errorText(response));
+  const page = await response.json();
   if (generation !== state.generation || !state.running) return;
   state.nextToken = page.next_page_token;
   renderJobs(page.jobs.map(overlay).filter(matches));
@@ -470,9 +459,9 @@ function makeRow(job) {
     cell("updated"),
     cell("reason", "reason"),
   );
-  tr.addEventListener("click", () => selectJob(job.id));
+  tr.addEventListener("click", () => openJob(job.id));
   tr.addEventListener("keydown", (e) => {
-    if (e.key === "Enter") selectJob(job.id);
+    if (e.key === "Enter") openJob(job.id);
   });
   state.rows.set(job.id, { job, tr });
   fillRow(tr, job);
@@ -502,7 +491,7 @@ function fillRow(tr, job) {
 }
 
 function matches(job) {
-  return (!state.status || statusLabel(job) === state.status) && (!state.type || job.type === state.type);
+  return matchesFilters(job, false);
 }
 
 function applyEvent(job, event) {
@@ -596,7 +585,10 @@ function flushEvents() {
   const fresh = new Map();
   for (const event of events) handleEvent(event, fresh);
   // Newest on top now; the throttled re-read of page 1 then puts it in the API's order.
-  const added = [...fresh.values()].filter(matches).slice(-PAGE_SIZE).reverse();
+  const added = [...fresh.values()].filter((job) => matchesFilters(job, true))
+    .slice(-PAGE_SIZE).reverse();
+  // A new job a gate filter may hold shows with the page's re-read.
+  if (fresh.size && !added.length) state.pageDirty = true;
   if (added.length) {
     const body = $("#jobs-body");
     body.prepend(...added.map(makeRow));
@@ -752,7 +744,7 @@ function detailHeader(id) {
     "header",
     { class: "detail-head" },
     h("h2", {}, "Job ", h("code", { id: "detail-id" }, id)),
-    h("button", { id: "close-detail", class: "link", type: "button", onclick: closeDetail,
+    h("button", { id: "close-detail", class: "link", type: "button", onclick: closeJob,
                   "aria-label": "Close" }, "✕"),
   );
 }
@@ -826,7 +818,7 @@ function renderDetail(job) {
       ["Attempts", `${job.attempts} / ${job.max_attempts}`, "detail-attempts"],
       (job.status === "pending" || job.waiting_for) &&
         ["Waiting for", waitingFor(job.waiting_for), "detail-waiting-for"],
-      ["Worker", job.worker_id || "—"],
+      ["Worker", job.worker_id ? entityLink("worker", job.worker_id) : "—", "detail-worker"],
       job.host && ["Host", job.host, "detail-host"],
       ["Fail reason", job.fail_reason || "—"],
       ["Solver", job.solver_url || "registered for the type"],
@@ -836,6 +828,8 @@ function renderDetail(job) {
     scheduling.length > 0 && definitionList(scheduling),
     job.target && h("h3", {}, "Target"),
     job.target && targetPanel(job.target),
+    h("h3", {}, "Timeline"),
+    timeline(job),
     h("h3", {}, "Timings"),
     definitionList([
       ["Created", formatTime(job.created_at)],
@@ -1111,9 +1105,9 @@ function waitingFor(reason) {
 function schedulingPairs(job) {
   return [
     job.group && ["Group", detailGroup(job), "detail-group"],
-    job.pool && ["Pool", job.pool, "detail-pool"],
+    job.pool && ["Pool", entityLink("pool", job.pool), "detail-pool"],
     job.pool && ["Cost units", job.cost_units, "detail-cost-units"],
-    job.target && ["Target", job.target, "detail-target-name"],
+    job.target && ["Target", entityLink("target", job.target), "detail-target-name"],
     job.earliest_start_at && ["Earliest start", formatTime(job.earliest_start_at), "detail-earliest-start"],
     job.deadline_at && ["Deadline", formatTime(job.deadline_at), "detail-deadline"],
     job.require_host && ["Required host", job.require_host, "detail-require-host"],
@@ -1127,12 +1121,12 @@ function schedulingPairs(job) {
 function detailGroup(job) {
   const known = state.groups.find((g) => g.group === job.group);
   const paused = known ? known.paused : job.waiting_for === "group_paused";
-  if (!known && !paused) return h("span", { "data-group": job.group }, job.group);
+  if (!known && !paused) return h("span", { "data-group": job.group }, entityLink("group", job.group));
   const action = paused ? "resume" : "pause";
   return h(
     "span",
     { class: "inline", "data-group": job.group, "data-paused": String(paused) },
-    job.group,
+    entityLink("group", job.group),
     paused && h("span", { class: "state paused" }, "paused"),
     may("pause_group") &&
     h("button", { id: `detail-group-${action}`, type: "button", disabled: state.busy.has(job.group),
@@ -1170,6 +1164,7 @@ async function loadTargets() {
   if (state.detail && state.detail.target) kept.add(state.detail.target);
   for (const name of state.targetViews.keys()) if (!kept.has(name)) state.targetViews.delete(name);
   renderTargets();
+  renderEntity();
 }
 
 async function loadTarget(name) {
@@ -1192,7 +1187,7 @@ function renderTargets() {
 
 function haltedByLink(id) {
   return h("button", { class: "link mono halted-by", type: "button", title: "Open this job",
-                       onclick: () => selectJob(id) }, id);
+                       onclick: () => openJob(id) }, id);
 }
 
 // Resume (retry) and Resume (skip) for a halted target; `attrs(how)` names each button.
@@ -1213,7 +1208,7 @@ function targetItem(t) {
   return h(
     "li",
     { class: "gate", "data-target": t.target, "data-halted": String(t.halted) },
-    h("span", { class: "name", title: t.target }, t.target),
+    h("span", { class: "name", title: t.target }, entityLink("target", t.target)),
     h("span", { class: `state ${t.halted ? "halted" : "open"}`, "data-field": "state" },
       t.halted ? "halted" : "open"),
     t.halted_by && h("span", { class: "muted small", "data-field": "halted-by" },
@@ -1299,6 +1294,7 @@ async function cancelJob(id) {
 async function loadFleet() {
   const workers = await getJson("/api/workers");
   if (!state.running) return;
+  state.workers = workers;
   const alive = workers.filter((w) => w.alive).length;
   $("#fleet-summary").textContent = `${alive} of ${workers.length} alive`;
   $("#fleet-list").replaceChildren(
@@ -1307,7 +1303,7 @@ async function loadFleet() {
         "li",
         { class: "worker", "data-worker-id": w.worker_id, "data-alive": String(w.alive) },
         h("span", { class: `dot ${w.alive ? "alive" : "dead"}`, title: w.alive ? "alive" : "dead" }),
-        h("span", { class: "name", title: w.worker_id }, w.name || w.worker_id),
+        h("span", { class: "name", title: w.worker_id }, entityLink("worker", w.worker_id, w.name || w.worker_id)),
         h("span", { class: "chip small active-jobs", "data-count": w.active_jobs },
           `${w.active_jobs} active`),
         h("span", { class: "muted small" },
@@ -1318,6 +1314,7 @@ async function loadFleet() {
     ),
   );
   if (!workers.length) $("#fleet-list").append(h("li", { class: "muted" }, "No workers registered."));
+  if (route.entity && route.entity.kind === "worker") renderEntity();
 }
 
 const GIB = 2 ** 30;
@@ -1371,6 +1368,7 @@ function renderGroups() {
   const list = $("#group-list");
   list.replaceChildren(...groups.map(groupItem));
   if (!groups.length) list.append(h("li", { class: "muted" }, "No groups yet."));
+  if (route.entity && route.entity.kind === "group") renderEntity();
 }
 
 function groupItem(g) {
@@ -1379,7 +1377,7 @@ function groupItem(g) {
   return h(
     "li",
     { class: "gate", "data-group": g.group, "data-paused": String(g.paused) },
-    h("span", { class: "name", title: g.group }, g.group),
+    h("span", { class: "name", title: g.group }, entityLink("group", g.group)),
     h("span", { class: `state ${g.paused ? "paused" : "open"}`, "data-field": "state" },
       g.paused ? "paused" : "active"),
     may("pause_group") &&
@@ -1427,6 +1425,7 @@ async function loadPools() {
   list.replaceChildren(...pools.map(poolItem));
   $("#pools-summary").textContent = pools.length ? `${pools.length}` : "";
   if (!pools.length) list.append(h("li", { class: "muted" }, "No pools yet."));
+  if (route.entity && route.entity.kind === "pool") renderEntity();
 }
 
 function poolItem(p) {
@@ -1436,7 +1435,7 @@ function poolItem(p) {
   return h(
     "li",
     { class: "gate", "data-pool": p.pool, "data-full": String(full) },
-    h("span", { class: "name", title: p.pool }, p.pool),
+    h("span", { class: "name", title: p.pool }, entityLink("pool", p.pool)),
     h("span", { class: "small units", title: "units in use / capacity" },
       h("span", { "data-field": "in-use" }, p.in_use), " / ",
       h("span", { "data-field": "capacity" }, p.capacity), " units"),
@@ -1497,15 +1496,16 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   $("#sign-out").addEventListener("click", () => signOut(""));
-  $("#type-filter").addEventListener("input", typeChanged);
   $("#prev-page").addEventListener("click", () => turnPage(-1));
   $("#next-page").addEventListener("click", () => turnPage(1));
   document.addEventListener("keydown", (e) => {
-    if (e.key === "Escape" && state.selected) closeDetail();
+    if (e.key === "Escape" && state.selected) closeJob();
   });
-  // A link opened in a tab that already shows the dashboard.
+  // A token link opened in a tab that already shows the dashboard, or another view
+  // (a link, back, forward).
   window.addEventListener("hashchange", () => {
     if (tokenFromFragment()) start();
+    else applyRoute();
   });
   if (sessionStorage.getItem(TOKEN_KEY)) start();
   else signOut("");

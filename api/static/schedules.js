@@ -57,7 +57,7 @@ function scheduleItem(s) {
     h("span", { class: "small", "data-field": "last" },
       last
         ? [h("button", { class: "link mono", type: "button", title: "Open this job",
-                         "data-job": last.job_id, onclick: () => selectJob(last.job_id) },
+                         "data-job": last.job_id, onclick: () => openJob(last.job_id) },
              last.job_id),
            " ",
            h("span", { "data-field": "last-status" }, last.status || "…")]
