@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from api.agent_bridge import Bridge
 from api.auth import require_token
+from api.bulk_service import BulkService
 from api.contract_settings import ContractSettings
 from api.event_feed import EventFeed
 from api.gate_service import GateService
@@ -44,6 +45,7 @@ class Services:
     tokens: TokenTable
     schedules: ScheduleService
     batches: JobBatches
+    bulk: BulkService
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ def get_jobs(request: Request) -> JobService:
 def get_batches(request: Request) -> JobBatches:
     """Bulk submit."""
     return _services(request).batches
+
+
+def get_bulk(request: Request) -> BulkService:
+    """Bulk actions."""
+    return _services(request).bulk
 
 
 def get_gates(request: Request) -> GateService:
@@ -126,6 +133,7 @@ def get_config(request: Request) -> Config:
 ClientDep = Annotated[Client, Depends(get_client)]
 JobsDep = Annotated[JobService, Depends(get_jobs)]
 BatchesDep = Annotated[JobBatches, Depends(get_batches)]
+BulkDep = Annotated[BulkService, Depends(get_bulk)]
 GatesDep = Annotated[GateService, Depends(get_gates)]
 SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
 ViewsDep = Annotated[JobViews, Depends(get_views)]

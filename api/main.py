@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import errors, openapi
 from api.agent_bridge import Bridge
+from api.bulk_service import BulkService
 from api.contract_settings import ContractSettings
 from api.contracts import mounting
 from api.deps import Config, Services
@@ -27,6 +28,7 @@ from api.job_views import JobViews
 from api.metrics_registry import Metrics
 from api.routes import (
     agents,
+    bulk,
     dashboard,
     events,
     health,
@@ -113,6 +115,7 @@ def create_app(
             refresh_s=settings.tokens_refresh_ms / 1000,
             flush_s=settings.tokens_use_flush_s,
         )
+        bulk_service = BulkService(client, temporal, job_service)
         app.state.services = Services(
             client=client,
             jobs=job_service,
@@ -128,11 +131,14 @@ def create_app(
             tokens=token_table,
             schedules=ScheduleService(client, temporal, job_service),
             batches=JobBatches(job_service, settings.batch_concurrency),
+            bulk=bulk_service,
         )
+        bulk_service.run_worker()
         token_table.start()
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
         yield
         await token_table.stop()
+        await bulk_service.stop()
         await feed.stop()
 
     app = FastAPI(
@@ -154,6 +160,7 @@ def create_app(
         events,
         workers,
         agents,
+        bulk,
         jobs,
         logs,
         scheduling,
