@@ -56,6 +56,8 @@ ROUTES: dict[str, Access] = {
     "GET /api/jobs/page": READ,
     "GET /api/jobs/counts": READ,
     "GET /api/config": READ,
+    # The charts: every tenant's jobs over the last hour (as /metrics' event counters).
+    "GET /api/stats/series": ADMIN,
     # Who the token is (its role and tenant, what the dashboard may show): any token.
     "GET /api/whoami": ANY,
     # The agent protocol.

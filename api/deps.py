@@ -22,6 +22,7 @@ from api.job_views import JobViews
 from api.metrics_registry import Metrics
 from api.schedule_service import ScheduleService
 from api.settings import ApiSettings
+from api.stats_series import StatsSeries
 from api.tenancy import Scope, current_scope
 from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
@@ -46,6 +47,7 @@ class Services:
     schedules: ScheduleService
     batches: JobBatches
     bulk: BulkService
+    stats: StatsSeries
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,11 @@ def get_batches(request: Request) -> JobBatches:
 def get_bulk(request: Request) -> BulkService:
     """Bulk actions."""
     return _services(request).bulk
+
+
+def get_stats(request: Request) -> StatsSeries:
+    """The last hour's series, in memory."""
+    return _services(request).stats
 
 
 def get_gates(request: Request) -> GateService:
@@ -134,6 +141,7 @@ ClientDep = Annotated[Client, Depends(get_client)]
 JobsDep = Annotated[JobService, Depends(get_jobs)]
 BatchesDep = Annotated[JobBatches, Depends(get_batches)]
 BulkDep = Annotated[BulkService, Depends(get_bulk)]
+StatsDep = Annotated[StatsSeries, Depends(get_stats)]
 GatesDep = Annotated[GateService, Depends(get_gates)]
 SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
 ViewsDep = Annotated[JobViews, Depends(get_views)]

@@ -20,7 +20,7 @@ from api.bulk_service import BulkService
 from api.contract_settings import ContractSettings
 from api.contracts import mounting
 from api.deps import Config, Services
-from api.event_feed import EventFeed, FeedSettings
+from api.event_feed import EventFeed, FeedSettings, JobEvent
 from api.gate_service import GateService
 from api.job_batch import JobBatches
 from api.job_service import JobService
@@ -38,11 +38,13 @@ from api.routes import (
     ops,
     schedules,
     scheduling,
+    stats,
     tokens,
     workers,
 )
 from api.schedule_service import ScheduleService
 from api.settings import ApiSettings
+from api.stats_series import StatsSeries
 from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
@@ -102,11 +104,17 @@ def create_app(
         client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
         gates = Gates(client, temporal.task_queue, settings.gate_defaults())
         job_service = JobService(client, temporal, settings, solver_urls, gates, log_settings)
+        series = StatsSeries(client, job_service.known_types)
+
+        def observe(event: JobEvent) -> None:
+            registry.observe(event)
+            series.observe(event)
+
         feed = EventFeed(
             client,
             job_service,
             FeedSettings(poll_ms=settings.events_poll_ms, settle_ms=settings.events_settle_ms),
-            on_event=registry.observe,
+            on_event=observe,
         )
         token_table = TokenTable(
             client,
@@ -132,6 +140,7 @@ def create_app(
             schedules=ScheduleService(client, temporal, job_service),
             batches=JobBatches(job_service, settings.batch_concurrency),
             bulk=bulk_service,
+            stats=series,
         )
         bulk_service.run_worker()
         token_table.start()
@@ -139,6 +148,7 @@ def create_app(
         yield
         await token_table.stop()
         await bulk_service.stop()
+        await series.stop()
         await feed.stop()
 
     app = FastAPI(
@@ -165,6 +175,7 @@ def create_app(
         logs,
         scheduling,
         schedules,
+        stats,
         ops,
         tokens,
     )
