@@ -4,6 +4,7 @@ bodies are 422s naming their field, a tenant reaches only its own jobs."""
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import SECRET, Api, wait_until
+from tests.test_cli import JOBFORGE, cli_env
 from tests.test_tenancy import bearer, create_token
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -143,3 +145,39 @@ def test_a_tenants_bulk_reaches_only_its_own_jobs(api: Api) -> None:
         assert (progress["matched"], progress["done"]) == (2, 2)
         assert all(me.get(f"/api/jobs/{i}").json()["fail_reason"] == "cancelled" for i in own)
         assert all(them.get(f"/api/jobs/{i}").json()["status"] == "pending" for i in other)
+
+
+def jobforge(api: Api, *args: str, answer: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(JOBFORGE), "bulk", *args],
+        env=cli_env(api.url, SECRET),
+        input=answer,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_cli_asks_with_the_count_then_cancels(quiet: httpx.Client, quiet_api: Api) -> None:
+    job_type = fresh_type()
+    ids = submit(quiet, job_type, 3)
+    wanted = {"status": "pending", "type": job_type}
+    wait_until(lambda: matched(quiet, wanted) == 3, what="the jobs counted")
+    args = ("cancel", "--status", "pending", "--type", job_type)
+
+    refused = jobforge(quiet_api, *args, answer="n\n")
+    assert refused.returncode == 1, refused.stderr
+    assert "cancel 3 jobs" in refused.stdout
+    assert all(quiet.get(f"/api/jobs/{i}").json()["status"] == "pending" for i in ids)
+
+    done = jobforge(quiet_api, *args, answer="y\n")
+    assert done.returncode == 0, done.stderr
+    assert "matched 3, done 3, failed 0" in done.stdout
+    assert all(quiet.get(f"/api/jobs/{i}").json()["fail_reason"] == "cancelled" for i in ids)
+
+
+def test_the_cli_refuses_an_empty_filter_before_any_call(quiet_api: Api) -> None:
+    answer = jobforge(quiet_api, "stop", "--yes")
+    assert answer.returncode == 2
+    assert "name at least one filter" in answer.stderr
