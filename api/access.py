@@ -39,6 +39,11 @@ ROUTES: dict[str, Access] = {
     "POST /api/jobs": WRITE_OR_WORK,
     # Bulk submit: producers (the daemon moves its runs one at a time, above).
     "POST /api/jobs/batch": WRITE,
+    # Bulk actions by filter: a producer cancels or stops its tenant's jobs (re-queue is
+    # the admin's, as the single route: checked by action in api/bulk_service.py).
+    "POST /api/jobs/bulk": WRITE,
+    "POST /api/jobs/bulk/count": WRITE,
+    "GET /api/jobs/bulk/{op_id}": WRITE,
     "GET /api/jobs": READ_OR_WORK,
     "GET /api/jobs/{job_id}": READ_OR_WORK,
     "DELETE /api/jobs/{job_id}": WRITE_OR_WORK,
@@ -53,6 +58,8 @@ ROUTES: dict[str, Access] = {
     "GET /api/config": READ,
     # Who changed which job and when (the transitions with `by` set).
     "GET /api/audit": READ,
+    # The charts: every tenant's jobs over the last hour (as /metrics' event counters).
+    "GET /api/stats/series": ADMIN,
     # Who the token is (its role and tenant, what the dashboard may show): any token.
     "GET /api/whoami": ANY,
     # The agent protocol.

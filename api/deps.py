@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from api.agent_bridge import Bridge
 from api.auth import require_token
+from api.bulk_service import BulkService
 from api.contract_settings import ContractSettings
 from api.event_feed import EventFeed
 from api.gate_service import GateService
@@ -21,6 +22,7 @@ from api.job_views import JobViews
 from api.metrics_registry import Metrics
 from api.schedule_service import ScheduleService
 from api.settings import ApiSettings
+from api.stats_series import StatsSeries
 from api.tenancy import Scope, current_scope
 from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
@@ -44,6 +46,8 @@ class Services:
     tokens: TokenTable
     schedules: ScheduleService
     batches: JobBatches
+    bulk: BulkService
+    stats: StatsSeries
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,16 @@ def get_jobs(request: Request) -> JobService:
 def get_batches(request: Request) -> JobBatches:
     """Bulk submit."""
     return _services(request).batches
+
+
+def get_bulk(request: Request) -> BulkService:
+    """Bulk actions."""
+    return _services(request).bulk
+
+
+def get_stats(request: Request) -> StatsSeries:
+    """The last hour's series, in memory."""
+    return _services(request).stats
 
 
 def get_gates(request: Request) -> GateService:
@@ -128,6 +142,8 @@ def get_config(request: Request) -> Config:
 ClientDep = Annotated[Client, Depends(get_client)]
 JobsDep = Annotated[JobService, Depends(get_jobs)]
 BatchesDep = Annotated[JobBatches, Depends(get_batches)]
+BulkDep = Annotated[BulkService, Depends(get_bulk)]
+StatsDep = Annotated[StatsSeries, Depends(get_stats)]
 GatesDep = Annotated[GateService, Depends(get_gates)]
 SchedulesDep = Annotated[ScheduleService, Depends(get_schedules)]
 ViewsDep = Annotated[JobViews, Depends(get_views)]

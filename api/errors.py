@@ -18,6 +18,7 @@ from starlette.routing import Match, Route
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.errors import (
+    BulkNotFound,
     Forbidden,
     GateNotFound,
     GroupNotFound,
@@ -57,6 +58,7 @@ STATUS: dict[type[JobforgeError], int] = {
     GroupNotFound: 404,
     GateNotFound: 404,
     ScheduleNotFound: 404,
+    BulkNotFound: 404,
     WorkerNotFound: 404,
     JobConflict: 409,
     Unauthorized: 401,

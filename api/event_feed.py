@@ -286,6 +286,12 @@ class EventFeed:
             self._start = self._cursor
         return self._cursor
 
+    @property
+    def began_ms(self) -> int:
+        """When the feed began: it emits no transition from before (epoch ms)."""
+        cursor = self.cursor
+        return (self._start or cursor).ts
+
     def start(self) -> None:
         """Run the poller (idempotent)."""
         if self._task is None or self._task.done():

@@ -16,10 +16,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import errors, openapi
 from api.agent_bridge import Bridge
+from api.bulk_service import BulkService
 from api.contract_settings import ContractSettings
 from api.contracts import mounting
 from api.deps import Config, Services
-from api.event_feed import EventFeed, FeedSettings
+from api.event_feed import EventFeed, FeedSettings, JobEvent
 from api.gate_service import GateService
 from api.job_batch import JobBatches
 from api.job_service import JobService
@@ -27,6 +28,7 @@ from api.job_views import JobViews
 from api.metrics_registry import Metrics
 from api.routes import (
     agents,
+    bulk,
     dashboard,
     events,
     health,
@@ -36,11 +38,13 @@ from api.routes import (
     ops,
     schedules,
     scheduling,
+    stats,
     tokens,
     workers,
 )
 from api.schedule_service import ScheduleService
 from api.settings import ApiSettings
+from api.stats_series import StatsSeries
 from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
@@ -101,6 +105,12 @@ def create_app(
         client = await connect(temporal, lazy=True, retry_ms=settings.temporal_retry_ms)
         gates = Gates(client, temporal.task_queue, settings.gate_defaults())
         job_service = JobService(client, temporal, settings, solver_urls, gates, log_store)
+        series = StatsSeries(client, job_service.known_types)
+
+        def observe(event: JobEvent) -> None:
+            registry.observe(event)
+            series.observe(event)
+
         feed = EventFeed(
             client,
             job_service,
@@ -109,7 +119,7 @@ def create_app(
                 min_gap_ms=settings.events_poll_gap_ms,
                 settle_ms=settings.events_settle_ms,
             ),
-            on_event=registry.observe,
+            on_event=observe,
             on_poll=registry.feed_polls.inc,
         )
         job_service.on_transition = feed.expect
@@ -121,6 +131,7 @@ def create_app(
             refresh_s=settings.tokens_refresh_ms / 1000,
             flush_s=settings.tokens_use_flush_s,
         )
+        bulk_service = BulkService(client, temporal, job_service)
         app.state.services = Services(
             client=client,
             jobs=job_service,
@@ -136,11 +147,16 @@ def create_app(
             tokens=token_table,
             schedules=ScheduleService(client, temporal, job_service),
             batches=JobBatches(job_service, settings.batch_concurrency),
+            bulk=bulk_service,
+            stats=series,
         )
+        bulk_service.run_worker()
         token_table.start()
         registry.watch_task_queues(client, temporal, settings.metrics_cache_ms)
         yield
         await token_table.stop()
+        await bulk_service.stop()
+        await series.stop()
         await feed.stop()
 
     app = FastAPI(
@@ -166,10 +182,12 @@ def create_app(
         events,
         workers,
         agents,
+        bulk,
         jobs,
         logs,
         scheduling,
         schedules,
+        stats,
         ops,
         tokens,
     )

@@ -100,6 +100,8 @@ def document(app: FastAPI) -> None:
                     add("404", "No such gate in the caller's tenant (or a name with a line break)")
                 if path.startswith("/api/schedules/{"):
                     add("404", "No such schedule in the caller's tenant")
+                if path == "/api/jobs/bulk/{op_id}":
+                    add("404", "No such bulk operation in the caller's tenant")
                 if path == "/api/schedules" and method == "post":
                     add("409", "A schedule has this id already")
                 if path.startswith(("/ops/jobs/", "/targets/{target_id}/jobs/")):

@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from worker.cli_batch import BATCH_MAX, submit_lines
+from worker.cli_bulk import bulk_app
 from worker.cli_common import (
     EXIT_CODES,
     JsonOpt,
@@ -720,6 +721,7 @@ app.add_typer(target_app, name="target")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(ops_app, name="ops")
 app.add_typer(token_app, name="token")
+app.add_typer(bulk_app, name="bulk")
 # A plural noun lists: `jobforge groups` is `jobforge group list` (docs/cli.md, "Command
 # pattern"). The fleet has only the plural: `jobforge worker` runs a worker.
 command("groups", cls=_Command)(group_list)

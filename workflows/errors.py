@@ -286,3 +286,10 @@ class TokenNotFound(JobforgeError):  # noqa: N818 - the domain's own words
 
     def __init__(self, token_id: str) -> None:
         super().__init__(f"token {token_id} not found", id=token_id)
+
+
+class BulkNotFound(JobforgeError):  # noqa: N818 - the domain's own words
+    """No bulk operation has this id, or it is another tenant's."""
+
+    def __init__(self, op_id: str) -> None:
+        super().__init__(f"bulk operation {op_id} not found", id=op_id)

@@ -105,3 +105,15 @@ def gate_workflow_id(task_queue: str, kind: str, key: str) -> str:
     """The gate of one group, pool or target of the deployment on `task_queue`."""
     prefix = "jobforge-gate" if task_queue == "jobforge" else f"jobforge-gate@{task_queue}"
     return f"{prefix}-{kind}-{key}"
+
+
+# -- BulkWorkflow: one per bulk action (POST /api/jobs/bulk), id = operation id -------
+BULK_WORKFLOW = "BulkWorkflow"
+BULK_LIST_ACTIVITY = "bulk_list"
+BULK_APPLY_ACTIVITY = "bulk_apply"
+BULK_PROGRESS_QUERY = "progress"
+# Its memo: the operation as it was started (its filter, action and tenant).
+BULK_MEMO = "bulk"
+# Its workflow ids, and the API's task queue suffix for its activities and workflow.
+BULK_ID_PREFIX = "bulk-"
+BULK_QUEUE_SUFFIX = "-bulk"

@@ -51,7 +51,7 @@ IdPrefixFilter = Annotated[
 # Routes of their own under /api/jobs/. A job id path segment never takes these names, so
 # each such path is served by its own route for every method: `DELETE /api/jobs/counts`
 # is a 405, and the `Allow` of `OPTIONS /api/jobs/counts` names only that route's methods.
-RESERVED_JOB_PATHS = ("batch", "claim", "counts", "events", "page")
+RESERVED_JOB_PATHS = ("batch", "bulk", "claim", "counts", "events", "page")
 
 
 class JobIdConvertor(StringConvertor):
