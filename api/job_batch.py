@@ -63,7 +63,16 @@ class BatchRequest(BaseModel):
             max_length=BATCH_MAX,
             description=f"1 … {BATCH_MAX} job specs, each as POST /api/jobs takes it, "
             "with an optional `id`",
-            json_schema_extra={"items": {"$ref": "#/components/schemas/BatchItemSpec"}},
+            # Any JSON per item: each is judged alone against `BatchItemSpec` (listed in
+            # the schema's components), and one that does not fit it is answered with
+            # its error in place while the others are made; so the body as a whole
+            # fits whatever its items are.
+            json_schema_extra={
+                "items": {
+                    "description": "A job spec, as `BatchItemSpec`; an item that does not "
+                    "fit it is answered with its error, in place"
+                }
+            },
         ),
     ]
 
