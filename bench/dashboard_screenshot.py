@@ -76,7 +76,7 @@ def main() -> None:
         wait_for_port(port, 30, start("api", "--port", str(port)).process)
         url = f"http://127.0.0.1:{port}"
         http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=30)
-        start("worker", NODE_ID="node-a.lab", WORKER_CORES="2", WORKER_TAGS="cpu,avx2")
+        start("worker", NODE_ID="node-a.lab", WORKER_CORES="4", WORKER_TAGS="cpu,avx2")
         http.post(
             "/api/workers/register",
             json={
@@ -123,6 +123,20 @@ def main() -> None:
         slow = [submit("render", "slow", params={"scene": s}) for s in ("forest", "city")]
         for job_id in slow:
             reach(job_id, "running")
+        # The scheduling panels: a group at max_parallel 1 behind a pool of 2, a target, and
+        # a schedule.
+        http.put("/api/pools/gpu", json={"capacity": 2}).raise_for_status()
+        http.patch("/api/groups/nightly-renders", json={"max_parallel": 1}).raise_for_status()
+        grouped = [
+            submit("render", "slow", params={"shot": s}, group="nightly-renders", pool="gpu")
+            for s in ("a", "b")
+        ]
+        reach(grouped[0], "running")
+        submit("ingest", "quick", params={"site": 1}, tenant="acme", target="acme/site-1")
+        http.post(
+            "/api/schedules",
+            json={"id": "hourly-ingest", "cron": "0 * * * *", "job": {"type": "ingest"}},
+        ).raise_for_status()
         queued = [submit(t, "quick", params={"batch": i}) for i, t in enumerate(["ingest"] * 3)]
         http.delete(f"/api/jobs/{queued[0]}").raise_for_status()
         reach(queued[0], "failed")
@@ -133,6 +147,19 @@ def main() -> None:
 
         wait_until(agent_dead, timeout=ALIVE_WINDOW_S + 30, interval=0.5, what="gpu-box-7 dead")
 
+        def charted() -> bool:
+            # The charts' hour, rebuilt from visibility (the first read starts it) with
+            # the jobs that ended above, and a queue depth sampled.
+            series = http.get("/api/stats/series").json()
+            return bool(
+                series["rebuilt"]
+                and sum(series["completed"]) >= len(done)
+                and series["hour"]["run_p50_ms"] is not None
+                and series["queue_depth"]
+            )
+
+        wait_until(charted, interval=0.5, what="the charts' hour")
+
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
                 executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS
@@ -141,7 +168,7 @@ def main() -> None:
             page.goto(url)
             page.locator("#token-input").fill(SECRET)
             page.locator("#login-button").click()
-            expect(page.locator("#jobs-body tr")).to_have_count(len(done) + 1 + 2 + 3)
+            expect(page.locator("#jobs-body tr")).to_have_count(len(done) + 1 + 2 + 2 + 1 + 3)
             expect(page.locator('#fleet-list .worker[data-alive="false"]')).to_have_count(1)
             expect(page.locator("#stream-status")).to_have_text("live")
             page.locator(f'#jobs-body tr[data-job-id="{done[1]}"]').hover()
@@ -160,6 +187,7 @@ def main() -> None:
                     "quarantined": broken,
                     "running": slow,
                     "pending": queued[1:],
+                    "grouped": grouped,
                     "cancelled": queued[0],
                 }
             )
