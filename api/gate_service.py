@@ -166,9 +166,7 @@ class GateService:
         """Every group, cached METRICS_CACHE_MS: N dashboards cost one set of calls."""
         return await self._every(GateKind.GROUP, self._group_view)
 
-    async def patch_group(
-        self, name: str, patch: GroupPatch, by: str | None = None
-    ) -> GroupView:
+    async def patch_group(self, name: str, patch: GroupPatch, by: str | None = None) -> GroupView:
         fields = patch.model_fields_set & {"max_parallel", "weight"}
         change = GatePatch.model_validate({**patch.model_dump(include=fields), "by": by})
         view = await self._gates.configure(GateKind.GROUP, name, change)
@@ -291,7 +289,8 @@ class GateService:
                 ) from err
             view = await self._gates.view(GateKind.TARGET, name)
         else:
-            view = await self._gates.resume(GateKind.TARGET, name, how.model_copy(update={"by": by}))
+            named = how.model_copy(update={"by": by})
+            view = await self._gates.resume(GateKind.TARGET, name, named)
         return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
 
     async def _target_view(self, view: GateView) -> TargetView:

@@ -323,22 +323,23 @@ async def _gate_audit(
         if tenant != EVERY_TENANT and owner != tenant:
             continue
         read += 1
-        for change in _GATE_CHANGES.validate_python(raw_changes or []):
-            entries.append(
-                AuditEntry(
-                    job_id=None,
-                    type=None,
-                    tenant=owner,
-                    ts=change.ts,
-                    by=change.by,
-                    status=None,
-                    attempt=None,
-                    reason=None,
-                    gate=f"{view.kind.value} {view.key}",
-                    action=change.action,
-                    detail=change.detail,
-                )
+        gate = f"{view.kind.value} {view.key}"
+        entries.extend(
+            AuditEntry(
+                job_id=None,
+                type=None,
+                tenant=owner,
+                ts=change.ts,
+                by=change.by,
+                status=None,
+                attempt=None,
+                reason=None,
+                gate=gate,
+                action=change.action,
+                detail=change.detail,
             )
+            for change in _GATE_CHANGES.validate_python(raw_changes or [])
+        )
     return entries, read
 
 

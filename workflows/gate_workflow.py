@@ -39,6 +39,7 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from workflows.fair_shares import UNGROUPED, FairShares
     from workflows.gate_models import (
+        GATE_CHANGES_KEEP,
         RETRY_AFTER_DEFAULT_S,
         Admission,
         AdmitAnswer,
@@ -46,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         GateActor,
         GateChange,
         GateGrant,
-        GATE_CHANGES_KEEP,
         GateInput,
         GateKind,
         GateLock,

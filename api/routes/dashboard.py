@@ -104,7 +104,9 @@ async def jobs_page(
 async def read_audit(
     client: ClientDep,
     scope: ScopeDep,
-    limit: Annotated[int, Query(ge=1, le=200, description="Jobs read of each kind, gates read, entries answered")] = 50,
+    limit: Annotated[
+        int, Query(ge=1, le=200, description="Jobs read of each kind, gates read, entries")
+    ] = 50,
 ) -> AuditPage:
     """Who changed which job or gate and when, newest first, at most `limit`: jobs'
     stops, cancels, ops overrides, re-queues (the transitions with `by` set among the

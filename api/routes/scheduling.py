@@ -98,9 +98,7 @@ async def get_group(group: OwnGroup, gates: GatesDep) -> GroupView:
 
 
 @router.patch("/groups/{group:path}", response_model=GroupView)
-async def patch_group(
-    group: OwnGroup, patch: GroupPatch, gates: GatesDep, by: ByDep
-) -> GroupView:
+async def patch_group(group: OwnGroup, patch: GroupPatch, gates: GatesDep, by: ByDep) -> GroupView:
     """Change max_parallel (`null` lifts it) or weight; applied at once."""
     return await gates.patch_group(group, patch, by)
 
