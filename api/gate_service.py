@@ -166,19 +166,20 @@ class GateService:
         """Every group, cached METRICS_CACHE_MS: N dashboards cost one set of calls."""
         return await self._every(GateKind.GROUP, self._group_view)
 
-    async def patch_group(self, name: str, patch: GroupPatch) -> GroupView:
+    async def patch_group(self, name: str, patch: GroupPatch, by: str | None = None) -> GroupView:
         fields = patch.model_fields_set & {"max_parallel", "weight"}
-        change = GatePatch.model_validate(patch.model_dump(include=fields))
+        change = GatePatch.model_validate({**patch.model_dump(include=fields), "by": by})
         view = await self._gates.configure(GateKind.GROUP, name, change)
         return await self._group_view(view)
 
-    async def pause_group(self, name: str) -> GroupView:
-        return await self._group_view(await self._gates.pause(GateKind.GROUP, name))
+    async def pause_group(self, name: str, by: str | None = None) -> GroupView:
+        """Pause a group; `by`, the caller, is kept among its changes (audit)."""
+        return await self._group_view(await self._gates.pause(GateKind.GROUP, name, by))
 
-    async def resume_group(self, name: str) -> GroupView:
+    async def resume_group(self, name: str, by: str | None = None) -> GroupView:
         """Resume a known group (a resume is no setting: it makes none)."""
         await self._known(GateKind.GROUP, name)
-        view = await self._gates.resume(GateKind.GROUP, name, TargetResume())
+        view = await self._gates.resume(GateKind.GROUP, name, TargetResume(by=by))
         return await self._group_view(view)
 
     async def retry_failed(self, name: str, by: str | None = None) -> Requeued:
@@ -218,9 +219,11 @@ class GateService:
         """Every pool, cached as the groups are."""
         return await self._every(GateKind.POOL, self._pool_view)
 
-    async def set_pool(self, name: str, body: PoolCapacity) -> PoolView:
-        """Set a pool's capacity, and its aging step if the body names it (null: none)."""
-        patch = GatePatch.model_validate(body.model_dump(include=body.model_fields_set))
+    async def set_pool(self, name: str, body: PoolCapacity, by: str | None = None) -> PoolView:
+        """Set a pool's capacity, and its aging step if the body names it (null: none);
+        `by`, the caller, is kept among its changes (audit)."""
+        given = body.model_dump(include=body.model_fields_set)
+        patch = GatePatch.model_validate({**given, "by": by})
         return await self._pool_view(await self._gates.configure(GateKind.POOL, name, patch))
 
     async def _pool_view(self, view: GateView) -> PoolView:
@@ -235,9 +238,10 @@ class GateService:
             counts=counts,
         )
 
-    async def lock_pool(self, name: str, ask: PoolLockAsk) -> PoolLock:
+    async def lock_pool(self, name: str, ask: PoolLockAsk, by: str | None = None) -> PoolLock:
         """Take or renew a pool's lock; held by another owner that renews it: 409."""
-        answer = await self._gates.lock(GateKind.POOL, name, LockRequest(**ask.model_dump()))
+        request = LockRequest(**ask.model_dump(), by=by)
+        answer = await self._gates.lock(GateKind.POOL, name, request)
         lock = answer.lock
         if lock is None:  # the gate names the holder whatever it answers
             raise TemporalCallFailed(f"lock of pool {name} answered no holder")
@@ -252,10 +256,10 @@ class GateService:
             expires_at=expires_at,
         )
 
-    async def unlock_pool(self, name: str, owner: str) -> None:
+    async def unlock_pool(self, name: str, owner: str, by: str | None = None) -> None:
         """Give a known pool's lock back if `owner` holds it."""
         await self._known(GateKind.POOL, name)
-        await self._gates.unlock(GateKind.POOL, name, LockRequest(owner=owner))
+        await self._gates.unlock(GateKind.POOL, name, LockRequest(owner=owner, by=by))
 
     # -- targets -------------------------------------------------------------------
 
@@ -285,7 +289,8 @@ class GateService:
                 ) from err
             view = await self._gates.view(GateKind.TARGET, name)
         else:
-            view = await self._gates.resume(GateKind.TARGET, name, how)
+            named = how.model_copy(update={"by": by})
+            view = await self._gates.resume(GateKind.TARGET, name, named)
         return await self._target_view(view or self._gates.default_view(GateKind.TARGET, name))
 
     async def _target_view(self, view: GateView) -> TargetView:

@@ -10,14 +10,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 from temporalio.client import Client
 
 from api import visibility
 from engine.clock import now_ms
+from workflows.gate_models import GateChange, GateView
 from workflows.job_states import COUNT_KINDS, CountKind, JobStatus
-from workflows.models import EventsMemo, JobSummary
-from workflows.names import EVENTS_MEMO
+from workflows.models import EventsMemo, JobSummary, gate_tenant
+from workflows.names import EVENTS_MEMO, GATE_CHANGES_MEMO, GATE_MEMO, GATE_WORKFLOW
 from workflows.search_attributes import EVERY_TENANT, job_filter
 
 T = TypeVar("T")
@@ -220,23 +221,33 @@ def _tenant_key(tenant: str | None) -> str:
 
 
 class AuditEntry(BaseModel):
-    """One change a caller made to a job (a transition with `by` set)."""
+    """One change a caller made: to a job (a transition with `by` set), or to a gate
+    (`gate` set: a pause, resume, setting, lock taken or given back)."""
 
-    job_id: str
-    type: str
+    job_id: str | None = Field(description="The job changed (None: a gate's change)")
+    type: str | None
     tenant: str | None
     ts: int = Field(description="When (epoch ms)")
-    by: str = Field(description="Who: a token's `<name> (<id>)`, `bootstrap`, `ops: <caller>`")
-    status: JobStatus = Field(description="What the job went to")
-    attempt: int
+    by: str | None = Field(
+        description="Who: a token's `<name> (<id>)`, `bootstrap`, `ops: <caller>` "
+        "(None: a gate change sent without a caller, e.g. from before gates kept one)"
+    )
+    status: JobStatus | None = Field(description="What the job went to (None: a gate's change)")
+    attempt: int | None
     reason: str | None
+    gate: str | None = Field(default=None, description="The gate changed: `<kind> <name>`")
+    action: str | None = Field(
+        default=None, description="A gate's change: pause, resume, configure, lock, unlock"
+    )
+    detail: str | None = Field(default=None, description="What it set, e.g. `capacity=5`")
 
 
 class AuditPage(BaseModel):
-    """Changes made by callers, newest first, found among the jobs read."""
+    """Changes made by callers, newest first, found among the jobs and gates read."""
 
     entries: list[AuditEntry]
     jobs_read: int = Field(description="How many jobs' memos were read (at most twice the limit)")
+    gates_read: int = Field(default=0, description="How many gates' memos were read (≤ limit)")
 
 
 # Open jobs, newest started first; closed ones, most recently closed first (each a
@@ -249,7 +260,9 @@ async def audit(client: Client, limit: int, tenant: str | None = EVERY_TENANT) -
     """Who stopped, cancelled, re-queued or failed which job, and when: the transitions
     after the submission with `by` set in the memos (each job's last EVENTS_MEMO_KEEP
     transitions) of the `limit` most recently closed jobs and the `limit` newest open
-    ones. Two listings of `limit` rows: O(limit) at any job count."""
+    ones; and who paused, resumed, set or locked which gate: the changes in the memos
+    (each gate's last GATE_CHANGES_KEEP) of `limit` running gates. Three listings of
+    `limit` rows: O(limit) at any job or gate count. Newest first, cut to `limit`."""
     query = job_filter(tenant=tenant)
     listed = await asyncio.gather(
         *(
@@ -257,6 +270,7 @@ async def audit(client: Client, limit: int, tenant: str | None = EVERY_TENANT) -
             for part in (_CLOSED, _OPEN)
         )
     )
+    gate_entries, gates_read = await _gate_audit(client, limit, tenant)
     entries: list[AuditEntry] = []
     read = 0
     for rows in listed:
@@ -281,5 +295,52 @@ async def audit(client: Client, limit: int, tenant: str | None = EVERY_TENANT) -
                 # The first transition names its submitter: every job has one.
                 if t.by and t.seq > 1
             ]
-    entries.sort(key=lambda e: (e.ts, e.job_id), reverse=True)
-    return AuditPage(entries=entries, jobs_read=read)
+    entries += gate_entries
+    entries.sort(key=lambda e: (e.ts, e.job_id or "", e.gate or ""), reverse=True)
+    return AuditPage(entries=entries[:limit], jobs_read=read, gates_read=gates_read)
+
+
+# Gate workflows with a memo of changes (only those written after an operator change).
+_GATES = f"WorkflowType = '{GATE_WORKFLOW}' AND ExecutionStatus = 'Running'"
+
+
+async def _gate_audit(
+    client: Client, limit: int, tenant: str | None
+) -> tuple[list[AuditEntry], int]:
+    """The operator changes kept in the memos of `limit` running gates (one listing), and
+    how many gates were read; a tenant's caller reads only its tenant's gates
+    (`<tenant>/<name>`)."""
+    rows = await visibility.recent(client, _GATES, offset=0, limit=limit)
+    entries: list[AuditEntry] = []
+    read = 0
+    for execution in rows.executions:
+        memo = await execution.memo()
+        raw_view, raw_changes = memo.get(GATE_MEMO), memo.get(GATE_CHANGES_MEMO)
+        if raw_view is None:
+            continue
+        view = GateView.model_validate(raw_view)
+        owner = gate_tenant(view.key)
+        if tenant != EVERY_TENANT and owner != tenant:
+            continue
+        read += 1
+        gate = f"{view.kind.value} {view.key}"
+        entries.extend(
+            AuditEntry(
+                job_id=None,
+                type=None,
+                tenant=owner,
+                ts=change.ts,
+                by=change.by,
+                status=None,
+                attempt=None,
+                reason=None,
+                gate=gate,
+                action=change.action,
+                detail=change.detail,
+            )
+            for change in _GATE_CHANGES.validate_python(raw_changes or [])
+        )
+    return entries, read
+
+
+_GATE_CHANGES = TypeAdapter(list[GateChange])

@@ -23,6 +23,7 @@ from workflows.fair_shares import FairShares
 from workflows.gate_models import (
     AdmitAnswer,
     AdmitRequest,
+    GateActor,
     GateInput,
     GateKind,
     GatePatch,
@@ -225,13 +226,16 @@ class Gates:
     async def configure(self, kind: GateKind, key: str, patch: GatePatch) -> GateView:
         """Change a gate's settings (the fields set in `patch`), starting it if it never
         ran."""
-        named = patch.model_copy(update={"fields": sorted(patch.model_fields_set)})
+        fields = sorted(patch.model_fields_set - {"by", "fields"})
+        named = patch.model_copy(update={"fields": fields})
         view: GateView = await self._update(kind, key, CONFIGURE_UPDATE, named)
         return view
 
-    async def pause(self, kind: GateKind, key: str) -> GateView:
-        """Pause a gate; answers once no job of it can be assigned any more."""
-        view: GateView = await self._update(kind, key, PAUSE_UPDATE, None)
+    async def pause(self, kind: GateKind, key: str, by: str | None = None) -> GateView:
+        """Pause a gate; answers once no job of it can be assigned any more. `by`, the
+        caller, is kept among the gate's changes (None: the update as it always was)."""
+        who = None if by is None else GateActor(by=by)
+        view: GateView = await self._update(kind, key, PAUSE_UPDATE, who)
         return view
 
     async def resume(self, kind: GateKind, key: str, how: TargetResume) -> GateView:

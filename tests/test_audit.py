@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -42,3 +43,28 @@ def test_the_audit_limit_is_checked(api: Api) -> None:
         response = api.http.get("/api/audit", params={"limit": limit})
         assert response.status_code == 422, response.text
         assert "limit" in response.json()["error"]
+
+
+def gate_entries(api: Api, gate: str) -> list[dict[str, Any]]:
+    """The audit entries of one gate (`<kind> <name>`), newest first."""
+    response = api.http.get("/api/audit", params={"limit": 200})
+    assert response.status_code == 200, response.text
+    return [e for e in response.json()["entries"] if e["gate"] == gate]
+
+
+def test_a_group_pause_and_a_pool_capacity_change_are_audited_with_their_caller(
+    api: Api,
+) -> None:
+    name = f"audit-{uuid.uuid4().hex[:8]}"
+    assert api.http.post(f"/api/groups/{name}/pause").status_code == 200
+    assert api.http.put(f"/api/pools/{name}", json={"capacity": 7}).status_code == 200
+
+    for gate, action, detail in (
+        (f"group {name}", "pause", None),
+        (f"pool {name}", "configure", "capacity=7"),
+    ):
+        wait_until(lambda g=gate: gate_entries(api, g), timeout=30, what=f"{gate} audited")  # type: ignore[misc]
+        [entry] = gate_entries(api, gate)
+        assert entry["by"] == "bootstrap"
+        assert (entry["action"], entry["detail"]) == (action, detail)
+        assert entry["job_id"] is None and entry["ts"] > 0

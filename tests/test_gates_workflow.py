@@ -39,7 +39,7 @@ from workflows.gate_models import (
     GateView,
     TargetResume,
 )
-from workflows.gate_workflow import GateWorkflow
+from workflows.gate_workflow import FAIR_SHARES_PATCH, GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import AttemptInput, AttemptResult, Job, JobSpec, JobStatus, WaitingFor
 from workflows.names import GRANT_SIGNAL, RELEASE_SIGNAL
@@ -452,7 +452,11 @@ async def test_a_full_pool_shares_its_grants_between_groups_by_weight(
             gate_id, run_id=run.run_id
         ).fetch_history()
         markers = [
-            e for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+            e
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+            # the fair-shares marker (the capacity change also records GATE_AUDIT_PATCH)
+            and FAIR_SHARES_PATCH.encode() in e.SerializeToString()
         ]
         assert len(markers) == 1
 

@@ -138,6 +138,8 @@ class GatePatch(BaseModel):
     # (null or not), so which were set does not travel otherwise. None: every field
     # written out (a patch sent before this field existed).
     fields: list[str] | None = None
+    # The caller who changes it, for the gate's recent changes (None: not named).
+    by: str | None = None
 
     def applied(self) -> set[str]:
         """The fields this patch changes."""
@@ -148,6 +150,27 @@ class TargetResume(BaseModel):
     """Resume a halted target: re-queue the halting job first, or skip it."""
 
     job: Literal["retry", "skip"] = "retry"
+    # The caller who resumes it, for the gate's recent changes (None: not named).
+    by: str | None = None
+
+
+class GateActor(BaseModel):
+    """Who pauses a gate (`pause` update's optional argument)."""
+
+    by: str | None = None
+
+
+# How many of its latest operator changes a gate keeps (state and memo).
+GATE_CHANGES_KEEP = 20
+
+
+class GateChange(BaseModel):
+    """One operator change of a gate: when (workflow time, epoch ms), who, what."""
+
+    ts: int
+    by: str | None = None
+    action: str = Field(description="pause, resume, configure, lock or unlock")
+    detail: str | None = Field(default=None, description="e.g. `capacity=5`, `owner=d1`")
 
 
 class Waiter(BaseModel):
@@ -172,6 +195,8 @@ class LockRequest(BaseModel):
 
     owner: str
     ttl_s: float = 30.0
+    # The caller who takes or gives it back, for the gate's recent changes.
+    by: str | None = None
 
 
 class GateLock(BaseModel):
@@ -216,6 +241,8 @@ class GateInput(BaseModel):
     shares: FairShares | None = None
     # The gate's lock (`lock` update); None when nobody ever took it.
     lock: GateLock | None = None
+    # Its latest operator changes, oldest first (None: none yet, or a run from before).
+    changes: list[GateChange] | None = None
 
 
 class GateView(BaseModel):

@@ -22,7 +22,9 @@ single daemon (002) holds its pool's. Its owner renews it; one not renewed withi
 ttl, by workflow time, can be taken over.
 
 The gate mirrors its view into its memo (lists read visibility, not the workflow) and
-continues as new when its history grows.
+continues as new when its history grows. It keeps its latest operator changes (pause,
+resume, configure, lock taken or given back: who, when, what) and writes them into its
+memo with the next view after one happens (GATE_AUDIT_PATCH), for the audit view.
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from workflows.fair_shares import UNGROUPED, FairShares
     from workflows.gate_models import (
+        GATE_CHANGES_KEEP,
         RETRY_AFTER_DEFAULT_S,
         Admission,
         AdmitAnswer,
         AdmitRequest,
+        GateActor,
+        GateChange,
         GateGrant,
         GateInput,
         GateKind,
@@ -60,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         ADMIT_UPDATE,
         CONFIGURE_UPDATE,
         ENQUEUE_SIGNAL,
+        GATE_CHANGES_MEMO,
         GATE_MEMO,
         GATE_QUERY,
         GATE_WORKFLOW,
@@ -91,6 +97,10 @@ FAIR_SHARES_PATCH = "pool-fair-shares"
 # has leased) recalls the leases no worker has claimed yet; one without it (a run from
 # before) keeps them and only stops granting until enough are given back.
 POOL_RECALL_PATCH = "pool-capacity-recall"
+# A run that records this marker (at its first operator change) keeps its changes and
+# writes them into its memo; one without it (a run from before) records none, so its
+# memo upserts replay as they were.
+GATE_AUDIT_PATCH = "gate-audit"
 
 
 @workflow.defn(name=GATE_WORKFLOW)
@@ -116,6 +126,9 @@ class GateWorkflow:
             # and a pool now ages only when it is set for it.
             self._settings.aging_step_s = None
         self._lock = inp.lock
+        self._changes = list(inp.changes or [])
+        # Written into the memo with the next view (a new run: its carried changes).
+        self._changes_unwritten = bool(self._changes)
         self._dirty = True
         self._unanswered: set[str] = set()
         self._sending: set[asyncio.Task[None]] = set()
@@ -131,7 +144,11 @@ class GateWorkflow:
             now = workflow_now_ms()
             self._grant(now)
             self._ping(now)
-            workflow.upsert_memo({GATE_MEMO: self.gate().model_dump(mode="json")})
+            memo: dict[str, object] = {GATE_MEMO: self.gate().model_dump(mode="json")}
+            if self._changes_unwritten:
+                memo[GATE_CHANGES_MEMO] = [c.model_dump(mode="json") for c in self._changes]
+                self._changes_unwritten = False
+            workflow.upsert_memo(memo)
             if self._should_continue():
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished() and not self._sending
@@ -207,6 +224,9 @@ class GateWorkflow:
             self._settings.capacity = patch.capacity
         if "aging_step_s" in fields:
             self._settings.aging_step_s = patch.aging_step_s
+        changed = sorted(fields & {"max_parallel", "weight", "capacity", "aging_step_s"})
+        detail = ", ".join(f"{name}={getattr(self._settings, name)}" for name in changed)
+        self._record("configure", patch.by, detail or None)
         self._dirty = True
         if (
             self._kind == GateKind.POOL
@@ -277,11 +297,12 @@ class GateWorkflow:
         )
 
     @workflow.update(name=PAUSE_UPDATE)
-    async def pause(self) -> GateView:
+    async def pause(self, who: GateActor | None = None) -> GateView:
         """Grant nothing until resumed. Leases granted but not yet claimed are recalled;
         the answer comes once every holder has answered, so no job of this gate is
-        assigned after it."""
+        assigned after it. `who`: the caller (a pause sent before it existed: none)."""
         self._settings.paused = True
+        self._record("pause", who.by if who else None)
         self._dirty = True
         await self._recall("pause")
         return self.gate()
@@ -306,6 +327,8 @@ class GateWorkflow:
         """Resume a paused group, or a halted target (`skip`: leave its halting job as it
         is; a `retry` re-queues that job, whose own request then lifts the halt)."""
         self._settings.paused = False
+        detail = f"job={how.job}" if self._kind == GateKind.TARGET else None
+        self._record("resume", how.by, detail)
         if how.job == "skip":
             self._settings.halted = False
             self._settings.halted_by = None
@@ -321,7 +344,10 @@ class GateWorkflow:
         held = self._lock
         if held is not None and held.owner != ask.owner and not held.expired(now):
             return LockAnswer(held=False, lock=held)
-        since = held.since if held is not None and held.owner == ask.owner else now
+        renewal = held is not None and held.owner == ask.owner
+        since = held.since if held is not None and renewal else now
+        if not renewal:  # a renewal is no change: a daemon renews its lock often
+            self._record("lock", ask.by, f"owner={ask.owner}")
         ttl_ms = max(1, round(ask.ttl_s * 1000))
         self._lock = GateLock(owner=ask.owner, since=since, renewed_at=now, ttl_ms=ttl_ms)
         return LockAnswer(held=True, lock=self._lock)
@@ -336,6 +362,7 @@ class GateWorkflow:
         """Give the lock back; a lock the asker does not hold stays as it is."""
         if self._lock is not None and self._lock.owner == ask.owner:
             self._lock = None
+            self._record("unlock", ask.by, f"owner={ask.owner}")
         return LockAnswer(held=False, lock=self._lock)
 
     @workflow.query(name=GATE_QUERY)
@@ -358,6 +385,16 @@ class GateWorkflow:
             waiting=len(self._waiters),
             head=first.request.job_id if first else None,
         )
+
+    def _record(self, action: str, by: str | None, detail: str | None = None) -> None:
+        """Keep an operator change among the latest GATE_CHANGES_KEEP, for the memo's
+        next write (a run from before GATE_AUDIT_PATCH keeps none)."""
+        if not workflow.patched(GATE_AUDIT_PATCH):
+            return
+        change = GateChange(ts=workflow_now_ms(), by=by, action=action, detail=detail)
+        self._changes = [*self._changes[-(GATE_CHANGES_KEEP - 1) :], change]
+        self._changes_unwritten = True
+        self._dirty = True
 
     # -- the decisions -------------------------------------------------------------
 
@@ -574,6 +611,7 @@ class GateWorkflow:
             lease_ms=self._lease_ms,
             shares=self._shares if self._fair else None,
             lock=self._lock,
+            changes=self._changes or None,
         )
 
     # -- signals out ---------------------------------------------------------------

@@ -94,6 +94,8 @@ LOCK_UPDATE = "lock"
 UNLOCK_UPDATE = "unlock"
 GATE_QUERY = "gate"
 GATE_MEMO = "gate"
+# A gate's latest operator changes (GateChange list), written only after one happens.
+GATE_CHANGES_MEMO = "gate_changes"
 # JobWorkflow's side of the lease protocol.
 GRANT_SIGNAL = "gate_grant"
 RECALL_SIGNAL = "gate_recall"

@@ -104,12 +104,16 @@ async def jobs_page(
 async def read_audit(
     client: ClientDep,
     scope: ScopeDep,
-    limit: Annotated[int, Query(ge=1, le=200, description="Jobs read of each kind")] = 50,
+    limit: Annotated[
+        int, Query(ge=1, le=200, description="Jobs read of each kind, gates read, entries")
+    ] = 50,
 ) -> AuditPage:
-    """Who changed which job and when (stop, cancel, ops overrides, re-queues), newest
-    first: the transitions with `by` set among the `limit` most recently closed jobs
-    and the `limit` newest open ones (two visibility listings, O(limit)). A tenant's
-    caller reads only its tenant's jobs."""
+    """Who changed which job or gate and when, newest first, at most `limit`: jobs'
+    stops, cancels, ops overrides, re-queues (the transitions with `by` set among the
+    `limit` most recently closed jobs and the `limit` newest open ones), and gates'
+    pauses, resumes, settings, locks (the latest changes kept by `limit` running gates).
+    Three visibility listings, O(limit). A tenant's caller reads only its tenant's jobs
+    and gates."""
     return await audit(client, limit, scope.query_tenant)
 
 

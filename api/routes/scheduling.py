@@ -98,21 +98,21 @@ async def get_group(group: OwnGroup, gates: GatesDep) -> GroupView:
 
 
 @router.patch("/groups/{group:path}", response_model=GroupView)
-async def patch_group(group: OwnGroup, patch: GroupPatch, gates: GatesDep) -> GroupView:
+async def patch_group(group: OwnGroup, patch: GroupPatch, gates: GatesDep, by: ByDep) -> GroupView:
     """Change max_parallel (`null` lifts it) or weight; applied at once."""
-    return await gates.patch_group(group, patch)
+    return await gates.patch_group(group, patch, by)
 
 
 @router.post("/groups/{group:path}/pause", response_model=GroupView)
-async def pause_group(group: OwnGroup, gates: GatesDep) -> GroupView:
+async def pause_group(group: OwnGroup, gates: GatesDep, by: ByDep) -> GroupView:
     """No job of the group is assigned after this answers; running jobs finish."""
-    return await gates.pause_group(group)
+    return await gates.pause_group(group, by)
 
 
 @router.post("/groups/{group:path}/resume", response_model=GroupView)
-async def resume_group(group: OwnGroup, gates: GatesDep) -> GroupView:
+async def resume_group(group: OwnGroup, gates: GatesDep, by: ByDep) -> GroupView:
     """Dispatch the group's jobs again."""
-    return await gates.resume_group(group)
+    return await gates.resume_group(group, by)
 
 
 @router.post("/groups/{group:path}/retry-failed", response_model=Requeued)
@@ -144,11 +144,11 @@ async def get_pool(pool: OwnPool, gates: GatesDep) -> PoolView:
 
 
 @router.put("/pools/{pool:path}", response_model=PoolView)
-async def set_pool(pool: OwnPool, body: PoolCapacity, gates: GatesDep) -> PoolView:
+async def set_pool(pool: OwnPool, body: PoolCapacity, gates: GatesDep, by: ByDep) -> PoolView:
     """Set a pool's capacity, at once, and its `aging_step_s` when given (null: none).
     Lowering the capacity stops admissions until in_use is below it; it never stops a
     running job."""
-    return await gates.set_pool(pool, body)
+    return await gates.set_pool(pool, body, by)
 
 
 @router.post(
@@ -156,21 +156,22 @@ async def set_pool(pool: OwnPool, body: PoolCapacity, gates: GatesDep) -> PoolVi
     response_model=PoolLock,
     responses={409: {"description": "Another owner holds it: `owner`, `since`, `expires_at`"}},
 )
-async def lock_pool(pool: OwnPool, ask: PoolLockAsk, gates: GatesDep) -> PoolLock:
+async def lock_pool(pool: OwnPool, ask: PoolLockAsk, gates: GatesDep, by: ByDep) -> PoolLock:
     """Take the pool's lock for `owner`, or renew it (the owner asking again). One
     owner at a time: a lock another owner holds is a 409 naming it, until that owner
     goes `ttl_s` without renewing; then it is taken over."""
-    return await gates.lock_pool(pool, ask)
+    return await gates.lock_pool(pool, ask, by)
 
 
 @router.delete("/pools/{pool:path}/lock", status_code=204)
 async def unlock_pool(
     pool: OwnPool,
     gates: GatesDep,
+    by: ByDep,
     owner: Annotated[str, Query(min_length=1, max_length=200, description="Its holder")],
 ) -> Response:
     """Give the pool's lock back, if `owner` holds it (else nothing changes)."""
-    await gates.unlock_pool(pool, owner)
+    await gates.unlock_pool(pool, owner, by)
     return Response(status_code=204)
 
 

@@ -329,7 +329,7 @@ function timeline(job) {
 async function loadAudit() {
   const body = await getJson(`/api/audit?limit=${AUDIT_LIMIT}`);
   if (route.view !== "audit") return;
-  const rows = body.entries.map((e) => h(
+  const rows = body.entries.map((e) => e.gate ? auditGateRow(e) : h(
     "tr",
     { "data-job-id": e.job_id, "data-by": e.by, "data-status": e.status },
     h("td", { title: new Date(e.ts).toISOString() }, formatTime(e.ts)),
@@ -341,7 +341,21 @@ async function loadAudit() {
   ));
   $("#audit-body").replaceChildren(...rows);
   $("#audit-empty").hidden = rows.length > 0;
-  $("#audit-summary").textContent = `${rows.length} changes among the ${body.jobs_read} latest jobs`;
+  $("#audit-summary").textContent =
+    `${rows.length} changes among the ${body.jobs_read} latest jobs and ${body.gates_read ?? 0} gates`;
+}
+
+// A gate's change: who paused, resumed, set or locked which group, pool or target.
+function auditGateRow(e) {
+  return h(
+    "tr",
+    { "data-gate": e.gate, "data-by": e.by ?? "", "data-action": e.action },
+    h("td", { title: new Date(e.ts).toISOString() }, formatTime(e.ts)),
+    h("td", { class: "audit-by" }, e.by ?? "—"),
+    h("td", {}, e.action, e.detail ? h("span", { class: "muted" }, ` (${e.detail})`) : ""),
+    h("td", { class: "mono" }, e.gate),
+    h("td", { class: "muted" }, "gate"),
+  );
 }
 
 document.addEventListener("DOMContentLoaded", () => {
