@@ -39,11 +39,13 @@ committed (see git history).
   the gate's history beside FAIR_SHARES_PATCH) recalled the leases no worker had
   claimed, then granted them again by fair shares, up to its continue-as-new; and one
   of those jobs, granted at submit, recalled, granted again and completed.
+- `-v11`: a group gate that recorded its operators' changes (GATE_AUDIT_PATCH): a pause
+  and a resume by a caller, and a change of its max_parallel, kept in its memo and
+  carried across its continue-as-new.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -55,15 +57,20 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
 from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, running_harness
 from worker.devserver import DevServer
 from worker.native import workflow_runner
-from workflows.gate_models import GateKind, GatePatch, GateSettings
-from workflows.gate_workflow import FAIR_SHARES_PATCH, POOL_RECALL_PATCH, GateWorkflow
+from workflows.gate_models import GateKind, GatePatch, GateSettings, TargetResume
+from workflows.gate_workflow import (
+    FAIR_SHARES_PATCH,
+    GATE_AUDIT_PATCH,
+    POOL_RECALL_PATCH,
+    GateWorkflow,
+)
 from workflows.job_states import JobStatus
 from workflows.job_workflow import (
     CANCEL_WAIT_PATCH,
@@ -78,7 +85,7 @@ from workflows.names import GRANT_SIGNAL, RECALL_SIGNAL
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
-SUFFIX = "-v10"  # the set the recorder writes
+SUFFIX = "-v11"  # the set the recorder writes
 
 # set → history kind → (workflow type, how its run ended)
 SETS = {
@@ -128,6 +135,9 @@ SETS = {
         "gate-pool-capacity-recall-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
         "scheduled-granted-pool-recalled-completed": ("JobWorkflow", "COMPLETED"),
     },
+    "-v11": {
+        "gate-group-changes-audited-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -140,6 +150,7 @@ PATCHES: dict[str, str | None] = {
     "-v8": FAIR_SHARES_PATCH,  # in the gate's history, not a job's
     "-v9": GRANTED_AT_SUBMIT_PATCH,
     "-v10": GRANTED_AT_SUBMIT_PATCH,  # the job's; the gate's are checked on their own
+    "-v11": GATE_AUDIT_PATCH,  # in the gate's history
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -190,34 +201,17 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
     for name in names:
         assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
     client = harness.client
-
-    stand_in = harness.stand_in
-    # A pool at the default capacity with a group of weight 1 each side, continuing as
-    # new soon: one job runs (held), four more hold leases, their attempts on a queue
-    # nobody polls yet; then the capacity is cut to 1.
+    harness.stand_in.default = harness.stand_in.succeed()
+    # A group gate continuing as new soon: paused and resumed by a caller, its
+    # max_parallel changed by another; then jobs pass it until it continues as new.
     gates = Gates(client, harness.task_queue, GateSettings(history_limit=100))
-    release = asyncio.Event()
-    stand_in.default = stand_in.hold(release)
-    running = await harness.submit(spec=JobSpec(type="in-process", pool="p"), gates=gates)
-    await harness.wait_status(running, JobStatus.RUNNING)
-    queue = f"later-{uuid.uuid4().hex[:8]}"
-    later = [
-        await harness.submit(
-            spec=JobSpec(type="in-process", pool="p", group=group),
-            gates=gates,
-            activity_task_queue=queue,
-        )
-        for group in "aabb"
-    ]
-    view = await gates.configure(GateKind.POOL, "p", GatePatch(capacity=1))
-    assert view.holders == [running.id]
-    release.set()
-    async with Worker(client, task_queue=queue, activities=[stand_in.run_job]):
-        for handle in [running, *later]:
-            await harness.wait_status(handle, JobStatus.COMPLETED)
-    await save(client, later[0].id, f"scheduled-granted-pool-recalled-completed{SUFFIX}")
-    gate_id = gates.ref(GateKind.POOL, "p").workflow_id
-    stand_in.default = stand_in.succeed()
+    group = f"audited-{uuid.uuid4().hex[:8]}"
+    first = await harness.submit(spec=JobSpec(type="in-process", group=group), gates=gates)
+    await harness.wait_status(first, JobStatus.COMPLETED)
+    await gates.pause(GateKind.GROUP, group, by="ops-a")
+    await gates.resume(GateKind.GROUP, group, TargetResume(by="ops-a"))
+    await gates.configure(GateKind.GROUP, group, GatePatch(max_parallel=3, by="ops-b"))
+    gate_id = gates.ref(GateKind.GROUP, group).workflow_id
 
     async def continued_runs() -> list[str]:
         """The gate's runs that continued as new, oldest first (one more job each time
@@ -228,16 +222,17 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
             key=lambda e: e.start_time,
         )
         if not found:
-            await harness.submit(spec=JobSpec(type="in-process", pool="p"), gates=gates)
+            job = await harness.submit(spec=JobSpec(type="in-process", group=group), gates=gates)
+            await harness.wait_status(job, JobStatus.COMPLETED)
         return [run.run_id for run in found]
 
-    for run_id in await wait_until_async(continued_runs, timeout=60, what="a continue-as-new"):
+    for run_id in await wait_until_async(continued_runs, timeout=120, what="a continue-as-new"):
         history = await client.get_workflow_handle(gate_id, run_id=run_id).fetch_history()
-        if POOL_RECALL_PATCH in patch_ids(json.loads(history.to_json())["events"]):
-            name = f"gate-pool-capacity-recall-continued-as-new{SUFFIX}"
+        if GATE_AUDIT_PATCH in patch_ids(json.loads(history.to_json())["events"]):
+            name = f"gate-group-changes-audited-continued-as-new{SUFFIX}"
             await save(client, gate_id, name, run_id)
             return
-    raise AssertionError("no run of the gate that continued as new recalled")
+    raise AssertionError("no run of the gate that continued as new kept its changes")
 
 
 async def _cancelled(attempts: list[int]) -> bool:
@@ -294,6 +289,16 @@ def test_the_capacity_recall_pool_history_took_the_patched_path() -> None:
     ]
     assert signals.count(RECALL_SIGNAL) == 5  # every holder, the claimed one too
     assert GRANT_SIGNAL in signals[signals.index(RECALL_SIGNAL) :]  # granted again
+
+
+def test_the_audited_group_history_took_the_patched_path() -> None:
+    events = raw("gate-group-changes-audited-continued-as-new-v11")["events"]
+    assert isinstance(events, list)
+    assert GATE_AUDIT_PATCH in patch_ids(events)
+    text = json.dumps(events)
+    # The changes went into the gate's memo, and on into its next run's input.
+    assert "gate_changes" in text
+    assert events[-1]["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW"
 
 
 def test_the_fair_shares_pool_history_took_the_patched_path() -> None:
