@@ -27,7 +27,8 @@ from api.tenancy import Scope, current_scope
 from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings
-from engine.log_store import LogSettings, LogStore
+from engine.log_settings import LogSettings
+from engine.log_store import LogStore
 
 __all__ = ["Authorized", "require_token"]
 

@@ -44,7 +44,8 @@ from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings
 from engine.directory import known_job_types, register_job_type
 from engine.gates import Admitted, Gates
-from engine.log_store import LogSettings, LogStore
+from engine.log_settings import LogSettings
+from engine.log_store import LogStore
 from engine.solver_urls import SolverUrlRefused, SolverUrlSettings, check_host, url_problem
 from workflows import search_attributes
 from workflows.container_models import container_problem

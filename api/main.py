@@ -49,7 +49,7 @@ from api.token_table import TokenTable
 from api.worker_directory import WorkerDirectory
 from engine.connection import TemporalSettings, connect
 from engine.gates import Gates
-from engine.log_store import LogSettings
+from engine.log_settings import LogSettings
 from engine.solver_urls import SolverUrlSettings
 from engine.tracing import start_tracing
 

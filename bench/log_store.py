@@ -27,7 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from engine.log_store import LogLine, LogSettings, LogStore, encode
+from engine.log_settings import LogSettings
+from engine.log_store import LogLine, LogStore, encode
 from worker.devserver import free_port, wait_for_port
 
 CREDENTIALS = {

@@ -26,7 +26,7 @@ import yaml
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
-from engine.log_store import LogSettings
+from engine.log_settings import LogSettings
 from tests.conftest import ROOT
 from worker.devserver import DYNAMIC_CONFIG
 

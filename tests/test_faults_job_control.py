@@ -33,7 +33,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.harness import wait_until
 from engine import log_store
-from engine.log_store import LINE_MAX, LogLine, LogSettings, LogStore
+from engine.log_settings import LogSettings
+from engine.log_store import LINE_MAX, LogLine, LogStore
 from tests import faultkit
 from tests.conftest import PYTHON, Api, Solver, Stack, wait_until_async
 from tests.helpers import Collector

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from engine import log_store
 from engine.log_s3 import S3LogStore, chunk_name
-from engine.log_store import CUT_MARKER, LogLine, LogSettings, LogStore, encode
+from engine.log_settings import LogSettings
+from engine.log_store import CUT_MARKER, LogLine, LogStore, encode
 from tests.conftest import ROOT
 from tests.log_stores import S3_ENV, S3Server
 from worker.devserver import free_port
@@ -263,7 +264,8 @@ def test_an_unreachable_bucket_is_unavailable_within_seconds() -> None:
 
 PROCESS = """
 import asyncio, sys
-from engine.log_store import LogLine, LogSettings
+from engine.log_settings import LogSettings
+from engine.log_store import LogLine
 
 async def main():
     store = LogSettings(LOG_STORE_URL=sys.argv[1], **{env!r}).open()

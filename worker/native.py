@@ -20,7 +20,7 @@ from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings, connect, metrics_runtime
 from engine.directory import known_job_types, register_worker, worker_telemetry
 from engine.hosts import HostSettings
-from engine.log_store import LogSettings
+from engine.log_settings import LogSettings
 from engine.tracing import start_tracing
 from worker.host_telemetry import HostSampler
 from worker.node_identity import identified
