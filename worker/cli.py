@@ -28,15 +28,15 @@ from worker.cli_batch import BATCH_MAX, submit_lines
 from worker.cli_bulk import bulk_app
 from worker.cli_common import (
     EXIT_CODES,
+    CliCommand,
+    CliGroup,
     JsonOpt,
-    _Command,
-    _exit,
-    _fail,
-    _Group,
-    _hub,
-    _print_fields,
-    _print_json,
-    _settings,
+    api_client,
+    exit_with,
+    fail,
+    print_fields,
+    print_json,
+    settings_or_exit,
 )
 from worker.cli_fleet import workers
 from worker.cli_ops import ops_app
@@ -62,7 +62,7 @@ from workflows.job_states import CANCELLED, COUNT_KINDS
 from workflows.models import Job, ListOrder, Progress
 
 app = typer.Typer(
-    cls=_Group,
+    cls=CliGroup,
     # `jobforge --install-completion` (bash, zsh, fish, PowerShell); docs/cli.md.
     add_completion=True,
     no_args_is_help=True,
@@ -75,7 +75,7 @@ command = app.command
 def _version(asked: bool) -> None:
     if asked:
         typer.echo(f"jobforge {package_version('jobforge')}")
-        _exit(0)
+        exit_with(0)
 
 
 @app.callback()
@@ -105,7 +105,7 @@ class LoggingSettings(BaseSettings):
 
 
 def _logging() -> None:
-    with _settings("logging"):
+    with settings_or_exit("logging"):
         level = LoggingSettings().level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -113,7 +113,7 @@ def _logging() -> None:
 # -- processes ---------------------------------------------------------------------
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def worker() -> None:
     """Run a native Temporal worker (WORKER_*, SOLVER_*, CONTAINER_*, NODE_ID, TEMPORAL_*
     env)."""
@@ -122,13 +122,13 @@ def worker() -> None:
     from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 
     _logging()
-    with _settings("worker"):
+    with settings_or_exit("worker"):
         settings = (TemporalSettings(), WorkerSettings(), SolverSettings(), ContainerSettings())
     asyncio.run(serve(*settings))
-    _exit(0)
+    exit_with(0)
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def agent(
     env_file: Annotated[
         Path | None,
@@ -148,13 +148,13 @@ def agent(
     _logging()
     if env_file is not None:
         load_dotenv(env_file, override=False)
-    with _settings("agent"):
+    with settings_or_exit("agent"):
         settings = (AgentSettings(), SolverSettings(), ContainerSettings())
     asyncio.run(serve(*settings))
-    _exit(0)
+    exit_with(0)
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def api(
     host: Annotated[
         str, typer.Option(metavar="HOST", envvar="API_HOST", help="Interface to bind.")
@@ -197,26 +197,26 @@ def api(
         timeout_graceful_shutdown=5,
         timeout_keep_alive=keepalive,
     )
-    _exit(0)
+    exit_with(0)
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def setup() -> None:
     """Register jobforge's search attributes on a Temporal cluster (idempotent)."""
     from engine.connection import TemporalSettings
     from worker.cluster_setup import register_search_attributes
 
-    with _settings("Temporal"):
+    with settings_or_exit("Temporal"):
         temporal = TemporalSettings()
     try:
         added = asyncio.run(register_search_attributes(temporal))
     except Exception as err:  # one clear line for the operator
-        _fail(f"cannot register search attributes: {err}")
+        fail(f"cannot register search attributes: {err}")
     typer.echo(f"search attributes ready ({', '.join(added) or 'all present already'})")
-    _exit(0)
+    exit_with(0)
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def dev(
     api_port: Annotated[int, typer.Option(metavar="PORT", help="REST API port.")] = 8000,
     temporal_port: Annotated[
@@ -239,13 +239,13 @@ def dev(
     from worker.dev_stack import DevError, DevOptions, DevStack
 
     options = DevOptions(api_port, temporal_port, ui_port, data_dir)
-    with _settings("dev"):
+    with settings_or_exit("dev"):
         stack = DevStack(options)
     try:
         code = stack.run(typer.echo, lambda line: typer.echo(line, err=True))
     except DevError as err:
-        _fail(str(err), err.code)
-    _exit(code)
+        fail(str(err), err.code)
+    exit_with(code)
 
 
 # -- jobs, over the REST API -------------------------------------------------------
@@ -273,7 +273,7 @@ def _when(value: str | None) -> int | str | None:
     return int(value) if EPOCH_MS.fullmatch(value.strip()) else value
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def submit(
     ctx: typer.Context,
     job_type: Annotated[
@@ -353,11 +353,11 @@ def submit(
     if from_file is not None:
         _submit_file(ctx, from_file, batch_size)
     if job_type is None:
-        _fail("give a job TYPE, or --from-file PATH", 2)
+        fail("give a job TYPE, or --from-file PATH", 2)
     try:
         parsed = json.loads(params)
     except ValueError as err:
-        _fail(f"--params is not JSON: {err}", 2)
+        fail(f"--params is not JSON: {err}", 2)
     body: dict[str, Any] = {
         "type": job_type,
         "params": parsed,
@@ -385,9 +385,9 @@ def submit(
             host_wait_ms
         )
     body.update({key: value for key, value in optional.items() if value is not None})
-    with _hub(SUBMIT_OPTIONS) as hub:
+    with api_client(SUBMIT_OPTIONS) as hub:
         typer.echo(hub.submit(body, idempotency_key))
-    _exit(0)
+    exit_with(0)
 
 
 def _submit_file(ctx: typer.Context, path: str, batch_size: int) -> NoReturn:
@@ -400,34 +400,34 @@ def _submit_file(ctx: typer.Context, path: str, batch_size: int) -> NoReturn:
         and ctx.params.get(param.name or "") != param.default
     ]
     if given:
-        _fail(f"--from-file takes every field from the file: drop {', '.join(given)}", 2)
+        fail(f"--from-file takes every field from the file: drop {', '.join(given)}", 2)
     try:
         source = sys.stdin if path == "-" else Path(path).open(encoding="utf-8")  # noqa: SIM115
     except OSError as err:
-        _fail(f"--from-file: {err}", 2)
+        fail(f"--from-file: {err}", 2)
     total = None
     if source is not sys.stdin:
         with Path(path).open(encoding="utf-8") as counted:
             total = sum(1 for line in counted if line.strip())
-    with _hub() as hub, source:
+    with api_client() as hub, source:
         tally = submit_lines(hub, source, batch_size, total)
     typer.echo(tally.summary(), err=True)
-    _exit(1 if tally.failed else 0)
+    exit_with(1 if tally.failed else 0)
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def get(job_id: JobIdArg) -> None:
     """Print one job as JSON."""
-    with _hub() as hub:
+    with api_client() as hub:
         typer.echo(json.dumps(hub.job_json(job_id), indent=2))
-    _exit(0)
+    exit_with(0)
 
 
 # The `list` options named otherwise than the API's fields they set.
 LIST_OPTIONS = {"X-Tenant": "--tenant"}
 
 
-@command(name="list", cls=_Command)
+@command(name="list", cls=CliCommand)
 def list_jobs(
     status: Annotated[str | None, typer.Option(metavar="STATUS", help=STATUS_HELP)] = None,
     job_type: Annotated[
@@ -462,36 +462,36 @@ def list_jobs(
     With --json: one JSON array of the jobs as the API answers them.
     """
     filters = {"group": group, "pool": pool, "target": target, "worker": worker_id}
-    with _hub(LIST_OPTIONS) as hub:
+    with api_client(LIST_OPTIONS) as hub:
         listed = hub.jobs(status, job_type, limit, order.value, filters=filters, tenant=tenant)
     if as_json:
-        _print_json(listed)
-        _exit(0)
+        print_json(listed)
+        exit_with(0)
     for job in listed:
         typer.echo(
             f"{job['id']}  {status_label(job):<11} {job['type']:<16} "
             f"p={job['priority']} attempts={job['attempts']}"
         )
-    _exit(0)
+    exit_with(0)
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def stop(job_id: JobIdArg) -> None:
     """Stop a job: a running one is stopped (its solver killed), a pending or assigned
     one cancelled. Prints the job's status after the request."""
-    with _hub() as hub:
+    with api_client() as hub:
         job = hub.stop(job_id)
     typer.echo(f"{job_id} {status_label(job)}")
-    _exit(0)
+    exit_with(0)
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def cancel(job_id: JobIdArg) -> None:
     """Cancel a pending or assigned job."""
-    with _hub() as hub:
+    with api_client() as hub:
         hub.cancel(job_id)
     typer.echo(f"cancelled {job_id}")
-    _exit(0)
+    exit_with(0)
 
 
 def _time(ms: int | None) -> str:
@@ -519,17 +519,17 @@ STATUS_STYLES = {
 }
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def show(job_id: JobIdArg, as_json: JsonOpt = False) -> None:
     """Print a job's detail, its transitions and its fail history.
 
     With --json: the job as the API answers it, as `get` prints it.
     """
-    with _hub() as hub:
+    with api_client() as hub:
         answer = hub.job_json(job_id)
     if as_json:
-        _print_json(answer)
-        _exit(0)
+        print_json(answer)
+        exit_with(0)
     job = Job.model_validate(answer)
     label = status_label(job.model_dump(mode="json"))
     console = Console(highlight=False)
@@ -549,7 +549,7 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> None:
         ("Prefer host", job.preferred_host),
         ("Waiting for", job.waiting_for and job.waiting_for.value),
     )
-    _print_fields(
+    print_fields(
         console,
         [
             ("Job", job.id),
@@ -594,14 +594,14 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> None:
         console.print("Fail history: none")
     if job.log_tail:
         console.print("Log tail:", Text(job.log_tail), sep="\n")
-    _exit(0)
+    exit_with(0)
 
 
 def _log_line(line: dict[str, Any]) -> str:
     return f"{line.get('stream')}| {line.get('text')}"
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def logs(
     job_id: JobIdArg,
     attempt: Annotated[
@@ -622,25 +622,25 @@ def logs(
     `{job_id, attempt, lines: [{stream, text}], next_offset}`.
     """
     if as_json and follow:
-        _fail("--json prints the stored log once: give it without --follow", 2)
-    with _hub() as hub:
+        fail("--json prints the stored log once: give it without --follow", 2)
+    with api_client() as hub:
         if as_json:
-            _print_json(hub.logs(job_id, attempt))
-            _exit(0)
+            print_json(hub.logs(job_id, attempt))
+            exit_with(0)
         if not follow:
             for line in hub.logs(job_id, attempt)["lines"]:
                 typer.echo(_log_line(line))
-            _exit(0)
+            exit_with(0)
         try:
             for name, data in hub.follow_logs(job_id, attempt):
                 if name == "log":
                     typer.echo(_log_line(data))
                 elif name == "end":
                     typer.echo(f"attempt ended: {data.get('status')}", err=True)
-                    _exit(0)
+                    exit_with(0)
         except KeyboardInterrupt:
-            _exit(0)
-    _fail("the log stream ended before the attempt did")
+            exit_with(0)
+    fail("the log stream ended before the attempt did")
 
 
 def _event_line(name: str, event: dict[str, Any]) -> Text:
@@ -658,7 +658,7 @@ def _event_line(name: str, event: dict[str, Any]) -> Text:
     return line
 
 
-@command(cls=_Command)
+@command(cls=CliCommand)
 def watch(
     status: Annotated[
         list[str] | None,
@@ -685,7 +685,7 @@ def watch(
         opened = True
 
     try:
-        with _settings("hub"):
+        with settings_or_exit("hub"):
             settings = HubSettings()
         with HubClient(settings, require_secret=False) as hub:
             while True:
@@ -710,9 +710,9 @@ def watch(
                 note.print(f"{problem}; reconnecting…")
                 time.sleep(1)  # back off before reconnecting, then resume from last_id
     except HubError as err:
-        _fail(str(err))
+        fail(str(err))
     except KeyboardInterrupt:
-        _exit(0)
+        exit_with(0)
 
 
 app.add_typer(group_app, name="group")
@@ -724,11 +724,11 @@ app.add_typer(token_app, name="token")
 app.add_typer(bulk_app, name="bulk")
 # A plural noun lists: `jobforge groups` is `jobforge group list` (docs/cli.md, "Command
 # pattern"). The fleet has only the plural: `jobforge worker` runs a worker.
-command("groups", cls=_Command)(group_list)
-command("pools", cls=_Command)(pool_list)
-command("targets", cls=_Command)(target_list)
-command("schedules", cls=_Command)(schedule_list)
-command("workers", cls=_Command)(workers)
+command("groups", cls=CliCommand)(group_list)
+command("pools", cls=CliCommand)(pool_list)
+command("targets", cls=CliCommand)(target_list)
+command("schedules", cls=CliCommand)(schedule_list)
+command("workers", cls=CliCommand)(workers)
 
 
 def main() -> None:

@@ -10,10 +10,18 @@ from typing import Annotated, Any
 
 import typer
 
-from worker.cli_common import EXIT_CODES, _Command, _exit, _fail, _Group, _hub, _print_json
+from worker.cli_common import (
+    EXIT_CODES,
+    CliCommand,
+    CliGroup,
+    api_client,
+    exit_with,
+    fail,
+    print_json,
+)
 
 bulk_app = typer.Typer(
-    cls=_Group,
+    cls=CliGroup,
     no_args_is_help=True,
     help="Cancel, stop or re-queue every job a filter matches.",
     epilog=EXIT_CODES,
@@ -42,14 +50,14 @@ Json = Annotated[bool, typer.Option("--json", help="Print the final progress as 
 def _run(action: str, filter: dict[str, Any], yes: bool, no_wait: bool, json: bool) -> None:
     chosen = {key: value for key, value in filter.items() if value is not None}
     if not chosen:
-        _fail("name at least one filter (--status, --type, …): none would reach every job", 2)
-    with _hub(OPTIONS) as hub:
+        fail("name at least one filter (--status, --type, …): none would reach every job", 2)
+    with api_client(OPTIONS) as hub:
         if not yes:
             count = hub.call("POST", "/api/jobs/bulk/count", json={"filter": chosen}).json()
             named = ", ".join(f"{key}={value}" for key, value in chosen.items())
             if not typer.confirm(f"{action} {count['matched']} jobs ({named})?"):
                 typer.echo("nothing done", err=True)
-                _exit(1)
+                exit_with(1)
         body = {"filter": chosen, "action": action}
         op_id = hub.call("POST", "/api/jobs/bulk", json=body).json()["id"]
         if no_wait:
@@ -61,7 +69,7 @@ def _run(action: str, filter: dict[str, Any], yes: bool, no_wait: bool, json: bo
                 break
             time.sleep(POLL_S)  # a poll interval: the operation runs in the API
     if json:
-        _print_json(progress)
+        print_json(progress)
         return
     typer.echo(
         f"{op_id}: {action} matched {progress['matched']}, done {progress['done']}, "
@@ -72,7 +80,7 @@ def _run(action: str, filter: dict[str, Any], yes: bool, no_wait: bool, json: bo
 
 
 def _command(action: str, summary: str) -> None:
-    @bulk_app.command(action, cls=_Command, help=summary)
+    @bulk_app.command(action, cls=CliCommand, help=summary)
     def command(
         status: Status = None,
         type: Type = None,

@@ -51,7 +51,7 @@ USAGE_ERROR: type[Any] = typer.BadParameter.__mro__[1]
 assert USAGE_ERROR.__name__ == "UsageError", USAGE_ERROR
 
 
-class _Command(TyperCommand):
+class CliCommand(TyperCommand):
     """A command whose help names values by metavar (`--params JSON`), and whose bad
     option or argument is one line on stderr (exit 2), as every other error."""
 
@@ -62,11 +62,11 @@ class _Command(TyperCommand):
         try:
             parsed: list[str] = super().parse_args(ctx, args)
         except USAGE_ERROR as err:
-            _fail(err.format_message(), 2)
+            fail(err.format_message(), 2)
         return parsed
 
 
-class _Group(TyperGroup):
+class CliGroup(TyperGroup):
     """The command group, with the same help style, and the same one line (exit 2) for
     an unknown command or option."""
 
@@ -77,14 +77,14 @@ class _Group(TyperGroup):
         try:
             parsed: list[str] = super().parse_args(ctx, args)
         except USAGE_ERROR as err:
-            _fail(f"{err.format_message()} ({ctx.command_path} --help lists them)", 2)
+            fail(f"{err.format_message()} ({ctx.command_path} --help lists them)", 2)
         return parsed
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         try:
             return super().resolve_command(ctx, args)
         except USAGE_ERROR as err:
-            _fail(f"{err.format_message()} ({ctx.command_path} --help lists them)", 2)
+            fail(f"{err.format_message()} ({ctx.command_path} --help lists them)", 2)
 
 
 # One scheme for every command (docs/cli.md); an error is one line on stderr.
@@ -95,41 +95,41 @@ EXIT_CODES = (
 )
 
 
-def _exit(code: int) -> NoReturn:
+def exit_with(code: int) -> NoReturn:
     # Short-lived Temporal clients can crash at interpreter exit (sdk-python#300).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
+def fail(message: str, code: int = 1) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
-    _exit(code)
+    exit_with(code)
 
 
 @contextlib.contextmanager
-def _settings(what: str) -> Iterator[None]:
+def settings_or_exit(what: str) -> Iterator[None]:
     """Settings read inside the block; a bad one is one line naming it, exit 2."""
     try:
         yield
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        _fail(f"bad {what} setting: {where}: {first['msg']}", 2)
+        fail(f"bad {what} setting: {where}: {first['msg']}", 2)
 
 
 @contextlib.contextmanager
-def _hub(options: Mapping[str, str] | None = None) -> Iterator[HubClient]:
+def api_client(options: Mapping[str, str] | None = None) -> Iterator[HubClient]:
     """A client from HUB_URL and FORGE_INGEST_SECRET; a failed call is one line, exit 1.
     `options` maps the API's field names to the options that set them, for the line."""
     try:
-        with _settings("hub"):
+        with settings_or_exit("hub"):
             settings = HubSettings()
         with HubClient(settings) as hub:
             yield hub
     except HubError as err:
         option = (options or {}).get(err.field or "")
-        _fail(f"{err} (set by {option})" if option else str(err))
+        fail(f"{err} (set by {option})" if option else str(err))
 
 
 # Every read command takes it (docs/cli.md, "Command pattern").
@@ -138,12 +138,12 @@ JsonOpt = Annotated[
 ]
 
 
-def _print_json(document: Any) -> None:
+def print_json(document: Any) -> None:
     """One JSON document on stdout: the API's answer as it came."""
     typer.echo(json.dumps(document, indent=2))
 
 
-def _print_fields(console: Console, rows: Iterable[tuple[str, str | Text]]) -> None:
+def print_fields(console: Console, rows: Iterable[tuple[str, str | Text]]) -> None:
     """`Name         value` lines, the name in bold."""
     for name, value in rows:
         console.print(Text.assemble((f"{name:<13}", "bold"), value), soft_wrap=True)

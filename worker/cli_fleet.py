@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from worker.cli_common import JsonOpt, _exit, _hub, _print_json
+from worker.cli_common import JsonOpt, api_client, exit_with, print_json
 
 NOT_REPORTED = "not reported"
 
@@ -45,11 +45,11 @@ def workers(as_json: JsonOpt = False) -> None:
 
     A worker not heard from for the API's WORKER_EXPIRE_S is gone from the list.
     """
-    with _hub() as hub:
+    with api_client() as hub:
         fleet = hub.workers()
     if as_json:
-        _print_json(fleet)
+        print_json(fleet)
     else:
         for worker in fleet:
             typer.echo(worker_line(worker))
-    _exit(0)
+    exit_with(0)

@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from worker.cli_common import EXIT_CODES, _Command, _exit, _fail, _Group, _hub
+from worker.cli_common import EXIT_CODES, CliCommand, CliGroup, api_client, exit_with, fail
 from worker.hub_client import status_label
 
 ops_app = typer.Typer(
-    cls=_Group,
+    cls=CliGroup,
     no_args_is_help=True,
     help="Operator overrides: re-queue, quarantine or cancel any job; delete old ones.",
     epilog=EXIT_CODES,
@@ -31,20 +31,20 @@ def duration_s(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        _fail(f"--older-than: {text!r} is not a duration (like 90s, 15m, 12h, 7d)", code=2)
+        fail(f"--older-than: {text!r} is not a duration (like 90s, 15m, 12h, 7d)", code=2)
 
 
-@ops_app.command("requeue", cls=_Command)
+@ops_app.command("requeue", cls=CliCommand)
 def ops_requeue(job_id: JobIdArg) -> None:
     """Re-queue any job under its id: an ended one comes back to pending with its history
     and max_attempts more attempts; a running attempt is ended first."""
-    with _hub() as hub:
+    with api_client() as hub:
         job = hub.ops(job_id, "requeue")
     typer.echo(f"{job_id} {status_label(job)} (attempt {job['attempt']})")
-    _exit(0)
+    exit_with(0)
 
 
-@ops_app.command("fail", cls=_Command)
+@ops_app.command("fail", cls=CliCommand)
 def ops_fail(
     job_id: JobIdArg,
     reason: Annotated[str, typer.Option("--reason", help="Recorded as its fail_reason.")] = (
@@ -52,22 +52,22 @@ def ops_fail(
     ),
 ) -> None:
     """Quarantine a job that has not ended, at once."""
-    with _hub() as hub:
+    with api_client() as hub:
         job = hub.ops(job_id, "fail", {"reason": reason})
     typer.echo(f"{job_id} {status_label(job)}")
-    _exit(0)
+    exit_with(0)
 
 
-@ops_app.command("cancel", cls=_Command)
+@ops_app.command("cancel", cls=CliCommand)
 def ops_cancel(job_id: JobIdArg) -> None:
     """End a job that has not ended (stopped if it runs, else cancelled)."""
-    with _hub() as hub:
+    with api_client() as hub:
         job = hub.ops(job_id, "cancel")
     typer.echo(f"{job_id} {status_label(job)}")
-    _exit(0)
+    exit_with(0)
 
 
-@ops_app.command("cleanup", cls=_Command)
+@ops_app.command("cleanup", cls=CliCommand)
 def ops_cleanup(
     older_than: Annotated[
         str, typer.Option("--older-than", metavar="DURATION", help="Like 7d, 12h, 30m.")
@@ -84,7 +84,7 @@ def ops_cleanup(
         "statuses": status or [],
         "type": job_type,
     }
-    with _hub() as hub:
+    with api_client() as hub:
         deleted = hub.cleanup(body)
     typer.echo(f"deleted {deleted}")
-    _exit(0)
+    exit_with(0)

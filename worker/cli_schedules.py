@@ -14,10 +14,18 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from worker.cli_common import EXIT_CODES, _Command, _exit, _fail, _Group, _hub, _print_fields
+from worker.cli_common import (
+    EXIT_CODES,
+    CliCommand,
+    CliGroup,
+    api_client,
+    exit_with,
+    fail,
+    print_fields,
+)
 
 schedule_app = typer.Typer(
-    cls=_Group,
+    cls=CliGroup,
     no_args_is_help=True,
     help="Schedules: a job fired by cron or interval, on Temporal Schedules.",
     epilog=EXIT_CODES,
@@ -72,9 +80,9 @@ def _job(text: str) -> dict[str, Any]:
     try:
         job = json.loads(text)
     except ValueError as err:
-        _fail(f"--job is not JSON: {err}", 2)
+        fail(f"--job is not JSON: {err}", 2)
     if not isinstance(job, dict):
-        _fail("--job is not a JSON object (a job spec, as `POST /api/jobs` takes)", 2)
+        fail("--job is not a JSON object (a job spec, as `POST /api/jobs` takes)", 2)
     return job
 
 
@@ -87,7 +95,7 @@ def _at(value: str) -> int | str:
     return int(value) if EPOCH_MS.fullmatch(value.strip()) else value
 
 
-@schedule_app.command("create", cls=_Command)
+@schedule_app.command("create", cls=CliCommand)
 def schedule_create(
     schedule_id: IdArg,
     job: Annotated[
@@ -111,7 +119,7 @@ def schedule_create(
 ) -> None:
     """Make a schedule: give --cron or --every; prints its line."""
     if (cron is None) == (every is None):
-        _fail("give --cron EXPR or --every S (one of them)", 2)
+        fail("give --cron EXPR or --every S (one of them)", 2)
     body: dict[str, Any] = {
         "id": schedule_id,
         "job": _job(job),
@@ -123,37 +131,37 @@ def schedule_create(
         body["catchup_window_s"] = catchup_window
     if note is not None:
         body["note"] = note
-    with _hub(OPTIONS) as hub:
+    with api_client(OPTIONS) as hub:
         typer.echo(_line(hub.call("POST", "/api/schedules", json=body).json()))
-    _exit(0)
+    exit_with(0)
 
 
-@schedule_app.command("list", cls=_Command)
+@schedule_app.command("list", cls=CliCommand)
 def schedule_list(as_json: JsonOpt = False) -> None:
     """List schedules: id, paused or active, when, job type, next firing, last job."""
-    with _hub() as hub:
+    with api_client() as hub:
         schedules = hub.call("GET", "/api/schedules").json()
     if as_json:
         typer.echo(json.dumps(schedules, indent=2))
     else:
         for schedule in schedules:
             typer.echo(_line(schedule))
-    _exit(0)
+    exit_with(0)
 
 
-@schedule_app.command("show", cls=_Command)
+@schedule_app.command("show", cls=CliCommand)
 def schedule_show(schedule_id: IdArg, as_json: JsonOpt = False) -> None:
     """Print a schedule: when, overlap, paused, next firings, its latest jobs."""
-    with _hub() as hub:
+    with api_client() as hub:
         schedule = hub.call("GET", _path(schedule_id)).json()
     if as_json:
         typer.echo(json.dumps(schedule, indent=2))
-        _exit(0)
+        exit_with(0)
     recent = [
         f"{firing['job_id']} {firing['status'] or '?'}" for firing in schedule.get("recent") or []
     ]
     window = schedule.get("catchup_window_s")
-    _print_fields(
+    print_fields(
         Console(highlight=False),
         [
             ("Schedule", str(schedule["id"])),
@@ -168,35 +176,35 @@ def schedule_show(schedule_id: IdArg, as_json: JsonOpt = False) -> None:
             ("Note", str(schedule.get("note") or "-")),
         ],
     )
-    _exit(0)
+    exit_with(0)
 
 
 def _action(schedule_id: str, action: str, said: str, body: dict[str, Any] | None = None) -> None:
-    with _hub(OPTIONS) as hub:
+    with api_client(OPTIONS) as hub:
         schedule = hub.call("POST", _path(schedule_id, action), json=body).json()
     typer.echo(f"{said} schedule {schedule_id}: {_line(schedule)}")
-    _exit(0)
+    exit_with(0)
 
 
-@schedule_app.command("pause", cls=_Command)
+@schedule_app.command("pause", cls=CliCommand)
 def schedule_pause(schedule_id: IdArg) -> None:
     """Pause a schedule: nothing fires until it resumes."""
     _action(schedule_id, "pause", "paused")
 
 
-@schedule_app.command("resume", cls=_Command)
+@schedule_app.command("resume", cls=CliCommand)
 def schedule_resume(schedule_id: IdArg) -> None:
     """Resume a paused schedule (times passed while paused do not fire)."""
     _action(schedule_id, "resume", "resumed")
 
 
-@schedule_app.command("trigger", cls=_Command)
+@schedule_app.command("trigger", cls=CliCommand)
 def schedule_trigger(schedule_id: IdArg) -> None:
     """Fire once now, under the schedule's overlap policy."""
     _action(schedule_id, "trigger", "triggered")
 
 
-@schedule_app.command("backfill", cls=_Command)
+@schedule_app.command("backfill", cls=CliCommand)
 def schedule_backfill(
     schedule_id: IdArg,
     start: Annotated[str, typer.Option(metavar="TIME", help="Epoch ms or ISO 8601 with a zone.")],
@@ -212,10 +220,10 @@ def schedule_backfill(
     _action(schedule_id, "backfill", "backfilled", body)
 
 
-@schedule_app.command("delete", cls=_Command)
+@schedule_app.command("delete", cls=CliCommand)
 def schedule_delete(schedule_id: IdArg) -> None:
     """Delete a schedule; the jobs it fired stay."""
-    with _hub() as hub:
+    with api_client() as hub:
         hub.call("DELETE", _path(schedule_id))
     typer.echo(f"deleted schedule {schedule_id}")
-    _exit(0)
+    exit_with(0)

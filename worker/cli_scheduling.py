@@ -13,21 +13,21 @@ from rich.text import Text
 
 from worker.cli_common import (
     EXIT_CODES,
+    CliCommand,
+    CliGroup,
     JsonOpt,
-    _Command,
-    _exit,
-    _fail,
-    _Group,
-    _hub,
-    _print_fields,
-    _print_json,
+    api_client,
+    exit_with,
+    fail,
+    print_fields,
+    print_json,
 )
 from worker.hub_client import HubError
 from workflows.job_states import COUNT_KINDS
 
 
 def _sub_app(help_text: str) -> typer.Typer:
-    return typer.Typer(cls=_Group, no_args_is_help=True, help=help_text, epilog=EXIT_CODES)
+    return typer.Typer(cls=CliGroup, no_args_is_help=True, help=help_text, epilog=EXIT_CODES)
 
 
 # worker/cli.py adds them to `jobforge` as `group`, `pool` and `target`.
@@ -55,10 +55,10 @@ def _limit(group: Mapping[str, Any]) -> str:
 
 def _show(obj: Mapping[str, Any], as_json: bool, rows: Iterable[tuple[str, str | Text]]) -> None:
     if as_json:
-        _print_json(obj)
+        print_json(obj)
     else:
-        _print_fields(Console(highlight=False), rows)
-    _exit(0)
+        print_fields(Console(highlight=False), rows)
+    exit_with(0)
 
 
 def _group_line(group: Mapping[str, Any]) -> str:
@@ -72,25 +72,25 @@ def _group_line(group: Mapping[str, Any]) -> str:
 def _list(listed: list[dict[str, Any]], as_json: bool, line: Callable[[Any], str]) -> None:
     """A list command's output: the API's array as JSON, or a line per item."""
     if as_json:
-        _print_json(listed)
+        print_json(listed)
     else:
         for item in listed:
             typer.echo(line(item))
-    _exit(0)
+    exit_with(0)
 
 
-@group_app.command("list", cls=_Command)
+@group_app.command("list", cls=CliCommand)
 def group_list(as_json: JsonOpt = False) -> None:
     """List groups: name, paused or active, limit, weight, job counts."""
-    with _hub() as hub:
+    with api_client() as hub:
         groups = hub.groups()
     _list(groups, as_json, _group_line)
 
 
-@group_app.command("show", cls=_Command)
+@group_app.command("show", cls=CliCommand)
 def group_show(name: GroupArg, as_json: JsonOpt = False) -> None:
     """Print a group: paused, its limit of running jobs, its weight, its job counts."""
-    with _hub() as hub:
+    with api_client() as hub:
         group = hub.group(name)
     paused = bool(group.get("paused"))
     _show(
@@ -106,28 +106,28 @@ def group_show(name: GroupArg, as_json: JsonOpt = False) -> None:
     )
 
 
-@group_app.command("pause", cls=_Command)
+@group_app.command("pause", cls=CliCommand)
 def group_pause(name: GroupArg) -> None:
     """Pause a group: none of its jobs is assigned until it resumes.
 
     Running jobs finish; assigned ones not yet claimed go back to waiting.
     """
-    with _hub() as hub:
+    with api_client() as hub:
         hub.pause_group(name)
     typer.echo(f"paused group {name}")
-    _exit(0)
+    exit_with(0)
 
 
-@group_app.command("resume", cls=_Command)
+@group_app.command("resume", cls=CliCommand)
 def group_resume(name: GroupArg) -> None:
     """Resume a paused group."""
-    with _hub() as hub:
+    with api_client() as hub:
         hub.pause_group(name, paused=False)
     typer.echo(f"resumed group {name}")
-    _exit(0)
+    exit_with(0)
 
 
-@group_app.command("set", cls=_Command)
+@group_app.command("set", cls=CliCommand)
 def group_set(
     name: GroupArg,
     max_parallel: Annotated[
@@ -142,41 +142,41 @@ def group_set(
 ) -> None:
     """Change a group's limit of running jobs and/or its weight; prints the group."""
     if max_parallel is not None and no_max_parallel:
-        _fail("give --max-parallel N or --no-max-parallel, not both", 2)
+        fail("give --max-parallel N or --no-max-parallel, not both", 2)
     patch: dict[str, Any] = {} if max_parallel is None else {"max_parallel": max_parallel}
     if no_max_parallel:
         patch["max_parallel"] = None
     if weight is not None:
         patch["weight"] = weight
     if not patch:
-        _fail("nothing to set: give --max-parallel N, --no-max-parallel or --weight W", 2)
-    with _hub() as hub:
+        fail("nothing to set: give --max-parallel N, --no-max-parallel or --weight W", 2)
+    with api_client() as hub:
         typer.echo(_group_line(hub.configure_group(name, patch)))
-    _exit(0)
+    exit_with(0)
 
 
-@group_app.command("retry-failed", cls=_Command)
+@group_app.command("retry-failed", cls=CliCommand)
 def group_retry_failed(name: GroupArg) -> None:
     """Queue a group's quarantined jobs again; prints `requeued ID` for each."""
-    with _hub() as hub:
+    with api_client() as hub:
         requeued = hub.retry_failed(name)
     for job_id in requeued:
         typer.echo(f"requeued {job_id}")
     if not requeued:
         typer.echo(f"group {name}: no failed jobs to requeue")
-    _exit(0)
+    exit_with(0)
 
 
-@group_app.command("cancel", cls=_Command)
+@group_app.command("cancel", cls=CliCommand)
 def group_cancel(name: GroupArg) -> None:
     """Cancel a group's pending and assigned jobs; prints `cancelled ID` for each."""
-    with _hub() as hub:
+    with api_client() as hub:
         cancelled = hub.cancel_group(name)
     for job_id in cancelled:
         typer.echo(f"cancelled {job_id}")
     if not cancelled:
         typer.echo(f"group {name}: no jobs to cancel")
-    _exit(0)
+    exit_with(0)
 
 
 def _pool_line(pool: Mapping[str, Any]) -> str:
@@ -188,18 +188,18 @@ def _pool_line(pool: Mapping[str, Any]) -> str:
     )
 
 
-@pool_app.command("list", cls=_Command)
+@pool_app.command("list", cls=CliCommand)
 def pool_list(as_json: JsonOpt = False) -> None:
     """List pools: name, capacity, cost units in use, pending and running jobs."""
-    with _hub() as hub:
+    with api_client() as hub:
         pools = hub.pools()
     _list(pools, as_json, _pool_line)
 
 
-@pool_app.command("show", cls=_Command)
+@pool_app.command("show", cls=CliCommand)
 def pool_show(name: PoolArg, as_json: JsonOpt = False) -> None:
     """Print a pool: its capacity, the cost units in use, its pending and running jobs."""
-    with _hub() as hub:
+    with api_client() as hub:
         pool = hub.pool(name)
     _show(
         pool,
@@ -216,7 +216,7 @@ def pool_show(name: PoolArg, as_json: JsonOpt = False) -> None:
     )
 
 
-@pool_app.command("set", cls=_Command)
+@pool_app.command("set", cls=CliCommand)
 def pool_set(
     name: PoolArg,
     capacity: Annotated[
@@ -234,13 +234,13 @@ def pool_set(
 ) -> None:
     """Set a pool's capacity, and its aging if asked; prints the pool."""
     if aging_step is not None and no_aging:
-        _fail("give --aging-step S or --no-aging, not both", 2)
+        fail("give --aging-step S or --no-aging, not both", 2)
     settings: dict[str, Any] = {} if aging_step is None else {"aging_step_s": aging_step}
     if no_aging:
         settings["aging_step_s"] = None
-    with _hub() as hub:
+    with api_client() as hub:
         typer.echo(_pool_line(hub.set_pool_capacity(name, capacity, settings)))
-    _exit(0)
+    exit_with(0)
 
 
 def _aging(step_s: float | None) -> str:
@@ -255,18 +255,18 @@ def _target_line(target: Mapping[str, Any]) -> str:
     )
 
 
-@target_app.command("list", cls=_Command)
+@target_app.command("list", cls=CliCommand)
 def target_list(as_json: JsonOpt = False) -> None:
     """List targets: name, open or halted (by which job), running, pending, counts."""
-    with _hub() as hub:
+    with api_client() as hub:
         targets = hub.targets()
     _list(targets, as_json, _target_line)
 
 
-@target_app.command("show", cls=_Command)
+@target_app.command("show", cls=CliCommand)
 def target_show(name: TargetArg, as_json: JsonOpt = False) -> None:
     """Print a target: halted or not (and by which job), its running and pending jobs."""
-    with _hub() as hub:
+    with api_client() as hub:
         target = hub.target(name)
     halted: str | Text = "no"
     if target.get("halted"):
@@ -284,7 +284,7 @@ def target_show(name: TargetArg, as_json: JsonOpt = False) -> None:
     )
 
 
-@target_app.command("resume", cls=_Command)
+@target_app.command("resume", cls=CliCommand)
 def target_resume(
     name: TargetArg,
     skip: Annotated[
@@ -292,7 +292,7 @@ def target_resume(
     ] = False,
 ) -> None:
     """Resume a halted target: its halting job runs again first (or is skipped)."""
-    with _hub() as hub:
+    with api_client() as hub:
         # Read first: the answer to a retry still names the halting job (the halt lifts
         # once that job asks again), so only this says whether there was one.
         halted_by = hub.target(name).get("halted_by")
@@ -300,10 +300,10 @@ def target_resume(
             hub.resume_target(name, "skip" if skip else "retry")
         except HubError as err:
             if err.status == 409 and not skip:  # the halting job can no longer run again
-                _fail(f"{err} (jobforge target resume {name} --skip)")
+                fail(f"{err} (jobforge target resume {name} --skip)")
             raise
     if halted_by is None:
         typer.echo(f"target {name} was not halted")
     else:
         typer.echo(f"resumed target {name}, {'skipping' if skip else 'retrying'} {halted_by}")
-    _exit(0)
+    exit_with(0)

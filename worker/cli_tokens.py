@@ -8,11 +8,19 @@ from typing import Annotated
 
 import typer
 
-from worker.cli_common import EXIT_CODES, JsonOpt, _Command, _exit, _Group, _hub, _print_json
+from worker.cli_common import (
+    EXIT_CODES,
+    CliCommand,
+    CliGroup,
+    JsonOpt,
+    api_client,
+    exit_with,
+    print_json,
+)
 from workflows.token_models import ROLES, Role
 
 token_app = typer.Typer(
-    cls=_Group,
+    cls=CliGroup,
     no_args_is_help=True,
     help="API tokens: each has a role (admin, producer, worker, reader) and maybe a tenant.",
     epilog=EXIT_CODES,
@@ -25,7 +33,7 @@ def _when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@token_app.command("create", cls=_Command)
+@token_app.command("create", cls=CliCommand)
 def token_create(
     role: Annotated[Role, typer.Option(metavar="ROLE", help=f"One of {', '.join(ROLES)}.")],
     tenant: Annotated[
@@ -38,7 +46,7 @@ def token_create(
     """Create a token and print it on stdout, this once: it is not kept, only its hash.
     Use it as FORGE_INGEST_SECRET (or `Authorization: Bearer`)."""
     label = name or (f"{role}@{tenant}" if tenant else role)
-    with _hub({"name": "--name", "role": "--role", "tenant": "--tenant"}) as hub:
+    with api_client({"name": "--name", "role": "--role", "tenant": "--tenant"}) as hub:
         created = hub.create_token(label, role, tenant)
     typer.echo(
         f"token {created['id']} ({created['role']}, tenant {created['tenant'] or 'none'}): "
@@ -46,32 +54,32 @@ def token_create(
         err=True,
     )
     typer.echo(created["token"])
-    _exit(0)
+    exit_with(0)
 
 
-@token_app.command("list", cls=_Command)
+@token_app.command("list", cls=CliCommand)
 def token_list(as_json: JsonOpt = False) -> None:
     """List tokens: id, role, tenant, name, created, last used (never a secret)."""
-    with _hub() as hub:
+    with api_client() as hub:
         tokens = hub.tokens()
     if as_json:
-        _print_json(tokens)
-        _exit(0)
+        print_json(tokens)
+        exit_with(0)
     for token in tokens:
         typer.echo(
             f"{token['id']}  {token['role']:<8} {token['tenant'] or '-':<16} "
             f"{token['name']}  created {_when(token['created_at'])}  "
             f"last used {_when(token['last_used_at'])}"
         )
-    _exit(0)
+    exit_with(0)
 
 
-@token_app.command("revoke", cls=_Command)
+@token_app.command("revoke", cls=CliCommand)
 def token_revoke(
     token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id.")],
 ) -> None:
     """Revoke a token: every API replica refuses it within 5 s."""
-    with _hub() as hub:
+    with api_client() as hub:
         hub.revoke_token(token_id)
     typer.echo(f"revoked {token_id}")
-    _exit(0)
+    exit_with(0)

@@ -18,7 +18,14 @@ import typer
 from pydantic import TypeAdapter, ValidationError
 from typer.core import TyperCommand
 
-from worker.cli_common import USAGE_ERROR, _Command, _exit, _Group, _hub, _settings
+from worker.cli_common import (
+    USAGE_ERROR,
+    CliCommand,
+    CliGroup,
+    api_client,
+    exit_with,
+    settings_or_exit,
+)
 from worker.hub_client import HubClient, HubError, HubSettings
 from worker.runforge import (
     DAEMON_TAG,
@@ -53,7 +60,7 @@ EXIT_CODES = (
 )
 
 
-class _RunforgeCommand(_Command):
+class _RunforgeCommand(CliCommand):
     """jobforge's help style; a usage mistake is the design's general failure (exit 1),
     reported by `main`."""
 
@@ -63,7 +70,7 @@ class _RunforgeCommand(_Command):
 
 
 app = typer.Typer(
-    cls=_Group,
+    cls=CliGroup,
     add_completion=False,
     no_args_is_help=True,
     help="runforge-cli: the run queue (design 002) over jobforge.",
@@ -77,9 +84,9 @@ RUN_ID: TypeAdapter[str] = TypeAdapter(RunId)
 PlanOpt = Annotated[Path, typer.Option("--plan", metavar="FILE", help="The sweep plan (JSON).")]
 
 
-def _fail(message: str, code: Exit = Exit.FAILED) -> NoReturn:
+def fail(message: str, code: Exit = Exit.FAILED) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
-    _exit(code)
+    exit_with(code)
 
 
 def _say(line: str) -> None:
@@ -90,7 +97,7 @@ def _valid(adapter: TypeAdapter[str], value: str, option: str) -> str:
     try:
         return adapter.validate_python(value)
     except ValidationError as err:
-        _fail(f"{option}: {err.errors()[0]['msg']}")
+        fail(f"{option}: {err.errors()[0]['msg']}")
 
 
 def _group_id(value: str) -> str:
@@ -121,28 +128,28 @@ def daemon(
     from worker.runforge_daemon import LockHeldError, serve
 
     if max_parallel < 1:
-        _fail("--max-parallel: must be at least 1")
+        fail("--max-parallel: must be at least 1")
     path = workspace_path(workspace)
     if not path.is_dir():
-        _fail(f"--workspace: {path} is not a directory")
-    with _settings("runforge"):
+        fail(f"--workspace: {path} is not a directory")
+    with settings_or_exit("runforge"):
         runforge = RunforgeSettings()
     command = runforge.run_command
     if not command.strip():
-        _fail("RUNFORGE_RUN_COMMAND is not set: the command each run starts")
-    with _settings("hub"):
+        fail("RUNFORGE_RUN_COMMAND is not set: the command each run starts")
+    with settings_or_exit("hub"):
         hub = HubSettings()
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(serve(path, max_parallel, command, hub, runforge.lock_ttl_s))
     except LockHeldError as held:
         # The design's single-instance lock: the workspace's, taken at its pool.
-        _fail(f"a daemon already serves {path} ({held})")
+        fail(f"a daemon already serves {path} ({held})")
     except HubError as err:
-        _fail(str(err))
+        fail(str(err))
     except (OSError, RuntimeError) as err:
-        _fail(f"daemon: {err}")
-    _exit(Exit.SUCCESS)
+        fail(f"daemon: {err}")
+    exit_with(Exit.SUCCESS)
 
 
 # -- enqueue ------------------------------------------------------------------------
@@ -169,31 +176,31 @@ def enqueue_run(
     _run_id(run_id)
     if group_id is not None:
         _group_id(group_id)
-    with _hub() as client:
+    with api_client() as client:
         _enqueue(client, run_job(run_id, workspace_path(workspace), group_id, priority))
-    _exit(Exit.SUCCESS)
+    exit_with(Exit.SUCCESS)
 
 
 def _plan(plan: Path) -> SweepPlan:
     try:
         return load_plan(plan)
     except InvalidPlanError as err:
-        _fail(f"invalid plan {plan}: {err}", Exit.INVALID_PLAN)
+        fail(f"invalid plan {plan}: {err}", Exit.INVALID_PLAN)
 
 
 def _enqueue_plan(plan: SweepPlan, where: Path, workspace: str | None) -> None:
     chosen = workspace or plan.workspace
     if chosen is None:
-        _fail(
+        fail(
             f"invalid plan {where}: workspace: not in the plan and no --workspace given",
             Exit.INVALID_PLAN,
         )
     path = workspace_path(chosen)
-    with _hub() as client:
+    with api_client() as client:
         for run in plan.runs:
             _enqueue(client, run_job(run.run_id, path, plan.group_id, run.priority))
     _say(token("GROUP", "ENQUEUED", plan.group_id, f"runs={len(plan.runs)}"))
-    _exit(Exit.SUCCESS)
+    exit_with(Exit.SUCCESS)
 
 
 @app.command("enqueue-sweep", cls=_RunforgeCommand)
@@ -218,7 +225,7 @@ def sweep(
     """A sweep plan's runs, enqueued (--enqueue) for the daemon."""
     parsed = _plan(plan)
     if not enqueue:
-        _fail("direct mode is not served: add --enqueue (the daemon runs the runs)")
+        fail("direct mode is not served: add --enqueue (the daemon runs the runs)")
     _enqueue_plan(parsed, plan, None)
 
 
@@ -228,39 +235,39 @@ def sweep(
 @app.command("pause-group", cls=_RunforgeCommand)
 def pause_group(group_id: GroupIdOpt, workspace: Workspace) -> None:  # noqa: ARG001
     """Pause a group: none of its queued runs starts; running runs finish."""
-    with _hub() as client:
+    with api_client() as client:
         client.pause_group(_group_id(group_id))
     _say(token("GROUP", "PAUSED", group_id))
-    _exit(Exit.SUCCESS)
+    exit_with(Exit.SUCCESS)
 
 
 @app.command("resume-group", cls=_RunforgeCommand)
 def resume_group(group_id: GroupIdOpt, workspace: Workspace) -> None:  # noqa: ARG001
     """Resume a paused group."""
-    with _hub() as client:
+    with api_client() as client:
         client.pause_group(_group_id(group_id), paused=False)
     _say(token("GROUP", "RESUMED", group_id))
-    _exit(Exit.SUCCESS)
+    exit_with(Exit.SUCCESS)
 
 
 @app.command("retry-failed", cls=_RunforgeCommand)
 def retry_failed(group_id: GroupIdOpt, workspace: Workspace) -> None:  # noqa: ARG001
     """Enqueue a group's failed runs again (each keeps its job id; its attempt grows)."""
-    with _hub() as client:
+    with api_client() as client:
         requeued = client.retry_failed(_group_id(group_id))
     for job_id in requeued:
         _say(token("QUEUE", "JOB_ENQUEUED", job_id, "retry=true"))
     _say(token("GROUP", "ENQUEUED", group_id, f"runs={len(requeued)}"))
-    _exit(Exit.SUCCESS)
+    exit_with(Exit.SUCCESS)
 
 
 @app.command("cancel-group", cls=_RunforgeCommand)
 def cancel_group(group_id: GroupIdOpt, workspace: Workspace) -> None:  # noqa: ARG001
     """Cancel a group's queued runs; exits 5 (canceled) once they are."""
-    with _hub() as client:
+    with api_client() as client:
         cancelled = client.cancel_group(_group_id(group_id))
     _say(token("GROUP", "CANCELED", group_id, f"runs={len(cancelled)}"))
-    _exit(Exit.CANCELED)
+    exit_with(Exit.CANCELED)
 
 
 # -- status -------------------------------------------------------------------------
@@ -341,7 +348,7 @@ def queue_status(workspace: Workspace) -> None:
     """
     path = workspace_path(workspace)
     pool = pool_name(path)
-    with _hub() as client:
+    with api_client() as client:
         capacity = _pool_or_none(client, pool)
         daemons = _daemons(client, pool)
         runs = [
@@ -368,7 +375,7 @@ def queue_status(workspace: Workspace) -> None:
         _say(f"{label}: {_counts(members)}")
         for run in sorted(members, key=lambda r: (-int(r.get("priority", 0)), r["created_at"])):
             _say(_run_line(run))
-    _exit(Exit.SUCCESS)
+    exit_with(Exit.SUCCESS)
 
 
 def main() -> None:
@@ -377,15 +384,15 @@ def main() -> None:
     try:
         code = command.main(standalone_mode=False)
     except USAGE_ERROR as err:
-        _fail(err.format_message())
+        fail(err.format_message())
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)
-        _exit(Exit.CANCELED)
+        exit_with(Exit.CANCELED)
     except Exception as err:  # typer's Abort (Ctrl-C at a prompt) and the like
         if type(err).__name__ == "Abort":
-            _exit(Exit.CANCELED)
+            exit_with(Exit.CANCELED)
         raise
-    _exit(code if isinstance(code, int) else Exit.SUCCESS)
+    exit_with(code if isinstance(code, int) else Exit.SUCCESS)
 
 
 if __name__ == "__main__":
