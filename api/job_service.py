@@ -59,7 +59,8 @@ from workflows.errors import (
     TemporalCallFailed,
     TemporalUnavailable,
 )
-from workflows.job_states import OPEN, JobMachine, JobStatus
+from workflows.job_machine import JobMachine
+from workflows.job_states import OPEN, JobStatus
 from workflows.models import (
     Job,
     JobInput,

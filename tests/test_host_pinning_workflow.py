@@ -20,7 +20,7 @@ from tests.conftest import wait_until_async
 from tests.workflow_harness import Harness, JobHandle, now_ms, statuses
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateSettings
-from workflows.job_workflow import HOST_PINNING_PATCH
+from workflows.job_patches import HOST_PINNING_PATCH
 from workflows.models import JobSpec, JobStatus, WaitingFor
 
 WAIT_MS = 600

@@ -23,14 +23,13 @@ from workflows.contract_states import (
     statuses_counted,
     statuses_named,
 )
+from workflows.job_machine import IllegalTransitionError, JobMachine
 from workflows.job_states import (
     CANCELLED,
     COUNT_KINDS,
     EDGES,
     STATUS_ORDER,
     CountKind,
-    IllegalTransitionError,
-    JobMachine,
     JobStatus,
     count_kind,
     ended_kind,

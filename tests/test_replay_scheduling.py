@@ -71,15 +71,15 @@ from workflows.gate_workflow import (
     POOL_RECALL_PATCH,
     GateWorkflow,
 )
-from workflows.job_states import JobStatus
-from workflows.job_workflow import (
+from workflows.job_patches import (
     CANCEL_WAIT_PATCH,
     GRANTED_AT_SUBMIT_PATCH,
     HOST_PINNING_PATCH,
     SCHEDULING_PATCH,
     STOP_WAITS_FOR_WORK_PATCH,
-    JobWorkflow,
 )
+from workflows.job_states import JobStatus
+from workflows.job_workflow import JobWorkflow
 from workflows.models import JobSpec
 from workflows.names import GRANT_SIGNAL, RECALL_SIGNAL
 

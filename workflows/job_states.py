@@ -3,7 +3,8 @@
 Pure: stdlib only at import, no I/O, no clocks, so the workflow sandbox, the API, the
 workers, the CLI and the tests all read the same table. `JobStatus`, the named sets and
 `is_ended` are defined here and nowhere else (tests/test_job_states.py checks it);
-`JobMachine` applies a change to a job and refuses one the table does not hold.
+`workflows/job_machine.py` applies a change to a job and refuses one the table does not
+hold.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, TypeAlias
-
-if TYPE_CHECKING:
-    from workflows.models import Job
 
 
 class JobStatus(StrEnum):
@@ -205,107 +203,3 @@ def mermaid() -> str:
     lines.extend(f"    {status.value} --> [*]" for status in (C, Q, S))
     lines.append(f"    {F.value} --> [*]: {', '.join(sorted(FINAL_FAILED_REASONS))}")
     return "\n".join(lines)
-
-
-# -- the machine -----------------------------------------------------------------------
-
-
-class IllegalTransitionError(Exception):
-    """A change the table does not hold: a bug in the caller, never a user's input."""
-
-
-class JobMachine:
-    """Owns a job's status changes: each is checked against the table, stamped and
-    appended to `transitions`. The caller passes the clock (workflow time in a
-    workflow), so the machine stays pure."""
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        # The attempt the transitions are stamped with (the workflow's attempt counter).
-        self.attempt = job.attempt
-        self.changed = False
-
-    @property
-    def status(self) -> JobStatus:
-        return self.job.status
-
-    def move(
-        self, status: JobStatus, now_ms: int, reason: str | None = None, by: str | None = None
-    ) -> None:
-        """Change the job's status, or raise `IllegalTransitionError`."""
-        from workflows.models import Transition
-
-        job = self.job
-        if not is_legal(job.status, status, reason):
-            raise IllegalTransitionError(
-                f"job {job.id}: {job.status.value} -> {status.value} ({reason}) is not an edge"
-            )
-        job.status = status
-        job.transitions.append(
-            Transition(
-                seq=len(job.transitions) + 1,
-                status=status,
-                ts=now_ms,
-                attempt=self.attempt,
-                attempts=job.attempts,
-                worker_id=job.worker_id,
-                reason=reason,
-                by=by,
-            )
-        )
-        self.changed = True
-
-    def claim(self, worker_id: str | None, ts: int, host: str | None, now_ms: int) -> None:
-        """A worker took the current attempt: `assigned`, one more attempt counted."""
-        job = self.job
-        job.attempts += 1
-        job.worker_id = worker_id
-        job.host = host
-        job.claimed_at = ts
-        job.heartbeat_at = ts
-        self.move(A, now_ms)
-
-    def started(self, at: int, now_ms: int) -> None:
-        """The attempt's process started: `running`."""
-        self.job.heartbeat_at = at
-        self.move(R, now_ms)
-
-    def release_worker(self) -> None:
-        """The attempt is over and the job waits again: no worker holds it."""
-        job = self.job
-        job.worker_id = None
-        job.host = None
-        job.claimed_at = None
-        job.heartbeat_at = None
-
-    def record_failure(self, reason: str, now_ms: int) -> None:
-        """An attempt's failure, in fail_history."""
-        from workflows.models import FailRecord
-
-        job = self.job
-        job.fail_history.append(FailRecord(reason=reason, worker_id=job.worker_id, ts=now_ms))
-
-    def end(
-        self, status: JobStatus, now_ms: int, reason: str | None, by: str | None = None
-    ) -> None:
-        """The job ends in `status` (with `fail_reason` = `reason`)."""
-        job = self.job
-        job.fail_reason = reason
-        job.completed_at = now_ms
-        job.waiting_for = None
-        self.move(status, now_ms, reason=reason, by=by)
-
-    def unclaim(self, now_ms: int) -> None:
-        """The claimer never reported running and went silent (a stale claim): back to
-        `pending`, and the claim's attempt is not counted."""
-        job = self.job
-        job.attempts -= 1
-        self.release_worker()
-        self.move(P, now_ms, reason=DISPATCH_TIMEOUT)
-
-    def requeue(self, now_ms: int, by: str | None = None) -> None:
-        """Back to `pending` for a fresh attempt: re-queued by an operator or a gate."""
-        job = self.job
-        job.completed_at = None
-        self.release_worker()
-        self.move(P, now_ms, reason=REQUEUED, by=by)
