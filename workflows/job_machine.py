@@ -38,6 +38,8 @@ class JobMachine:
         self.job = job
         # The attempt the transitions are stamped with (the workflow's attempt counter).
         self.attempt = job.attempt
+        # Attempts counted before this run's max_attempts (a re-queue gives more).
+        self.attempts_base = 0
         self.changed = False
 
     @property
@@ -96,12 +98,11 @@ class JobMachine:
         job.completed_at = now_ms
         self.move(C, now_ms)
 
-    def fail_attempt(
-        self, reason: str, log_tail: str | None, quarantine: bool, now_ms: int
-    ) -> None:
-        """The attempt failed: `failed`, then `quarantined` (its last, or a final
-        failure) or back to `pending` for the next one."""
+    def fail_attempt(self, reason: str, final: bool, log_tail: str | None, now_ms: int) -> bool:
+        """The attempt failed: `failed`, then `quarantined` (its last, or a `final`
+        failure: True) or back to `pending` for the next one."""
         job = self.job
+        quarantine = final or job.attempts - self.attempts_base >= job.max_attempts
         job.fail_reason = reason
         self.record_failure(reason, now_ms)
         if log_tail is not None:
@@ -110,9 +111,10 @@ class JobMachine:
         if quarantine:
             job.completed_at = now_ms
             self.move(Q, now_ms, reason=reason)
-            return
+            return True
         self.release_worker()
         self.move(P, now_ms)
+        return False
 
     def release_worker(self) -> None:
         """The attempt is over and the job waits again: no worker holds it."""
@@ -172,8 +174,10 @@ class JobMachine:
         self.move(P, now_ms, reason=REQUEUED, by=by)
 
     def resume(self, now_ms: int, by: str | None) -> None:
-        """A re-queued ended job, in a new run: its result and waits cleared, `pending`."""
+        """A re-queued ended job, in a new run: its result and waits cleared, `pending`,
+        with max_attempts more attempts."""
         job = self.job
+        self.attempts_base = job.attempts
         job.result = None
         job.result_hash = None
         job.result_key = None

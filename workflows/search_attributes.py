@@ -6,10 +6,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from workflows.job_states import CANCELLED, JobStatus
-from workflows.names import JOB_WORKFLOW
+from workflows.models import Job, events_memo
+from workflows.names import EVENTS_MEMO, JOB_WORKFLOW
 
 FAILED = JobStatus.FAILED.value
 
@@ -143,3 +145,16 @@ def at_submit(
         if value is not None:
             pairs.append(SearchAttributePair(key, value))
     return TypedSearchAttributes(pairs)
+
+
+def upsert_job(job: Job) -> None:
+    """Mirror a job into its workflow's search attributes and memo (workflow code only:
+    each call is two commands, so JobWorkflow makes at most one per workflow task)."""
+    workflow.upsert_search_attributes(
+        [
+            STATUS.value_set(job.status.value),
+            WORKER.value_set(job.worker_id or ""),
+            UPDATED_AT.value_set(workflow.now()),
+        ]
+    )
+    workflow.upsert_memo({EVENTS_MEMO: events_memo(job)})
