@@ -24,10 +24,10 @@ from temporalio.worker import Worker
 from engine.gates import Gates
 from tests.conftest import wait_until_async
 from tests.workflow_harness import RESULT, WORKER_ID, Harness, JobHandle, now_ms, statuses
+from workflows.attempt_outcomes import STALE_CLAIMS_RETURNED
 from workflows.errors import ErrorType
 from workflows.gate_models import GateKind, GateSettings
 from workflows.job_states import DISPATCH_TIMEOUT, JobStatus
-from workflows.job_workflow import STALE_CLAIMS_RETURNED
 from workflows.models import AttemptInput, AttemptResult, Job, JobSpec, WaitingFor
 
 DISPATCH_MS = 400

@@ -10,6 +10,11 @@ from workflows.errors import AttemptFailureDetails, ErrorType, Failure
 from workflows.job_patches import NATIVE_DEATH_COUNTS_PATCH
 from workflows.names import BRIDGE_IDENTITY_PREFIX
 
+# Stale claims (`JobSpec.requeue_stale_claims`): a claim whose worker goes silent before
+# it reports running goes back to the queue uncounted, this many times per run; later
+# ones count as failed attempts, so a job that kills every worker that takes it ends.
+STALE_CLAIMS_RETURNED = 3
+
 
 def not_started_in_time(err: ActivityError) -> bool:
     """The attempt waited in its task queue past its schedule-to-start timeout."""

@@ -1,12 +1,9 @@
 """JobWorkflow: one workflow per job (workflow id = job id), the job's orchestration.
 
-One attempt loop: the job waits for its start time, holds a lease of each of its gates
-(`GateLeases`), runs one activity per attempt (`maximum_attempts=1`, so every failed
-attempt is recorded as it happens) and decides what follows it. A job with no gates and
-no clocks runs the same loop with nothing to hold. What each step changes in the job is
-`JobMachine`'s; what the API and operators asked of it is `JobControl`'s; how an
-attempt's error reads is workflows/attempt_outcomes.py's; the changes that shipped are
-versioned as workflows/job_patches.py says.
+One attempt loop: wait for the start time, hold a lease of each gate (`GateLeases`; none
+on the plain path), run one activity per attempt (`maximum_attempts=1`, so each failed
+attempt is recorded as it happens), decide what follows. The job's changes are
+`JobMachine`'s, the API's and operators' requests `JobControl`'s; versioning: job_patches.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import job_patches as patches
     from workflows import names
     from workflows.attempt_outcomes import (
+        STALE_CLAIMS_RETURNED,
         classify,
         failure_details,
         handed_back,
@@ -55,10 +53,6 @@ with workflow.unsafe.imports_passed_through():
 # The worker enforces max_runtime_ms from the solver's start; the server-side timeout
 # is the backstop for a worker that cannot (it also covers the solver download).
 ATTEMPT_TIMEOUT_SLACK = timedelta(minutes=10)
-# Stale claims (`JobSpec.requeue_stale_claims`): a claim whose worker goes silent before
-# it reports running goes back to the queue uncounted, this many times per run; later
-# ones count as failed attempts, so a job that kills every worker that takes it ends.
-STALE_CLAIMS_RETURNED = 3
 
 
 @workflow.defn(name=names.JOB_WORKFLOW)
@@ -73,19 +67,16 @@ class JobWorkflow:
         self._job = pending_job(inp) if inp.resumed is None else inp.resumed.model_copy(deep=True)
         self._machine = JobMachine(self._job)
         self._control = JobControl(self._machine, inp.spec.stop_claimed)
-        self._gates = GateLeases(self._job, inp.gates, inp.gate_defaults, self._interrupted)
+        self._gates = GateLeases(self._job, inp.gates, inp.gate_defaults, self._control.interrupted)
         self._host = HostWait()
         self._handle: workflow.ActivityHandle[AttemptResult] | None = None
-        # The attempt a worker claimed; the one an HTTP agent claimed through
-        # `claim_job`; the one a pause recalled before anyone claimed it.
+        # The attempt a worker claimed, an agent claimed (`claim_job`), a pause recalled.
         self._claimed_attempt = 0
         self._bridge_claimed = 0
         self._recalled_attempt = 0
         self._stale_returned = 0
-        self._stop_waits_input = inp.stop_waits_for_work
+        self._inp = inp
         self._stop_waits: bool | None = None
-        self._dispatch_ms = inp.dispatch_timeout_ms
-        self._requeue_stale = inp.spec.requeue_stale_claims
         # The attempt whose schedule-to-start timeout is the dispatch timeout (not the
         # deadline's or the host's, which end the wait otherwise).
         self._dispatch_limited = 0
@@ -98,14 +89,8 @@ class JobWorkflow:
         if inp.resumed is not None:  # a re-queued ended job: attempts and fail_history go on
             self._claimed_attempt = self._job.attempt
             self._machine.resume(_now_ms(), inp.resumed_by)
-        # A schedule's job starts with the schedule's search attributes and memo: its
-        # first task mirrors its own id and times.
+        # A schedule's job starts with the schedule's memo: its first task mirrors its own.
         self._machine.changed = inp.from_schedule or self._machine.changed
-
-    @property
-    def _attempt(self) -> int:
-        """The current (or last) attempt's number; transitions are stamped with it."""
-        return self._machine.attempt
 
     @workflow.run
     async def run(self, inp: JobInput) -> Job:
@@ -120,8 +105,8 @@ class JobWorkflow:
         start = job.earliest_start_at
         if self._gates.active and start is not None and start > _now_ms():
             job.waiting_for = WaitingFor.START_TIME
-            await waited(self._interrupted, timedelta(milliseconds=start - _now_ms()))
-        while not self._interrupted():
+            await waited(self._control.interrupted, timedelta(milliseconds=start - _now_ms()))
+        while not self._control.interrupted():
             held = await self._gates.hold(self._time_to_deadline)
             if not held:
                 self._deadline_hit = held is False
@@ -131,7 +116,7 @@ class JobWorkflow:
                 self._deadline_hit = True  # a retry that can no longer be assigned in time
                 break
             self._machine.attempt += 1
-            attempt = job.attempt = self._attempt
+            attempt = job.attempt = self._machine.attempt
             self._handle = self._start_attempt(inp)
             try:
                 outcome = await self._handle
@@ -171,7 +156,7 @@ class JobWorkflow:
         """What follows an attempt that ended in an error: True for the next attempt,
         False to leave the loop; raises when the job's run ends here."""
         control = self._control
-        if self._interrupted():
+        if self._control.interrupted():
             return False
         if self._recalled_attempt == attempt:
             return True  # a pause took the lease back before a worker claimed it
@@ -272,12 +257,11 @@ class JobWorkflow:
         )
 
     def _waits_for_work(self) -> bool:
-        """Whether a cancelled attempt is awaited until its work is gone: the job's input
-        says so; a history recorded under the patch says so by its marker (asked only
-        while replaying, so a live run never records one)."""
+        """Whether a cancelled attempt is awaited until its work is gone: as the input
+        says, or a history's marker (asked only in replay: a live run records none)."""
         if self._stop_waits is None:
             marker = patches.STOP_WAITS_FOR_WORK_PATCH
-            self._stop_waits = self._stop_waits_input or (
+            self._stop_waits = self._inp.stop_waits_for_work or (
                 workflow.unsafe.is_replaying() and workflow.patched(marker)
             )
         return self._stop_waits
@@ -288,10 +272,10 @@ class JobWorkflow:
         if not self._gates.active:
             return None
         limit = self._time_to_deadline()
-        if self._gates.gates and self._dispatch_ms is not None:
-            dispatch = timedelta(milliseconds=self._dispatch_ms)
+        if self._gates.gates and self._inp.dispatch_timeout_ms is not None:
+            dispatch = timedelta(milliseconds=self._inp.dispatch_timeout_ms)
             if limit is None or dispatch < limit:
-                self._dispatch_limited = self._attempt
+                self._dispatch_limited = self._machine.attempt
                 return dispatch
         return limit
 
@@ -300,9 +284,8 @@ class JobWorkflow:
         return None if deadline is None else timedelta(milliseconds=deadline - _now_ms())
 
     def _host_wait_over(self, inp: JobInput, err: ActivityError) -> bool:
-        """A pinned job's attempt waited out its host: a preferred host's job goes to
-        the shared queue (True: start the next attempt); a required host's job ends
-        failed, `host_unavailable`."""
+        """A pinned job's attempt waited out its host: a preferred host's job goes to the
+        shared queue (True), a required host's job ends failed, `host_unavailable`."""
         if not self._host.waited_out(err, self._time_to_deadline()):
             return False
         self._job.waiting_for = None
@@ -316,11 +299,10 @@ class JobWorkflow:
         return True
 
     def _stale_claim(self, attempt: int, err: ActivityError) -> bool:
-        """The attempt was claimed, its worker never reported running and then went
-        silent past the heartbeat timeout (or past its claim limit: the bridge ended
-        it `claim_expired`), and the job returns such claims (STALE_CLAIMS_RETURNED)."""
+        """Claimed, never reported running, then silent past the heartbeat timeout (or
+        ended `claim_expired` by the bridge); the job returns such claims (a few times)."""
         return (
-            self._requeue_stale
+            self._inp.spec.requeue_stale_claims
             and self._claimed_attempt == attempt
             and self._job.status == JobStatus.ASSIGNED
             and went_silent(err)
@@ -336,9 +318,8 @@ class JobWorkflow:
         try:
             await self._gates.wait_again()
         except asyncio.CancelledError:
-            # A workflow cancel meanwhile (an operator's): the job ends cancelled, and
-            # every lease and request still goes back.
-            if not self._interrupted():
+            # An operator's workflow cancel: cancelled, and every lease still goes back.
+            if not self._control.interrupted():
                 self._control.cancel(_now_ms())
                 self._publish()
             await self._gates.release_surely("cancelled")
@@ -347,9 +328,8 @@ class JobWorkflow:
     async def _hold_for_requeue(
         self, inp: JobInput, holds: bool, release: Coroutine[Any, Any, None], *, cancel_spent: bool
     ) -> bool:
-        """The job's run ends here unless it `holds`: its leases go back (`release`); a
-        job of a group or target then stays open for a re-queue (group retry-failed,
-        target resume). True once re-queued."""
+        """Its leases go back (`release`); a job that `holds` (of a group or target) stays
+        open for a re-queue (group retry-failed, target resume): True once re-queued."""
         control = self._control
         control.held = holds and inp.requeue_hold_ms > 0
         await release
@@ -362,14 +342,10 @@ class JobWorkflow:
         control.held = control.requeued = False
         return requeued
 
-    def _interrupted(self) -> bool:
-        return self._control.interrupted()
-
     async def _await_cancel_request(self, inp: JobInput) -> None:
-        """Wait for the workflow cancel request the API sends after a cancel or stop
-        update: it ends the execution Canceled. If it never comes (the API killed between
-        its two calls) within `cancel_wait_ms`, the execution closes Failed, the job as
-        it reads, so that nothing stays open for good."""
+        """Wait for the cancel request the API sends after a cancel or stop update: the
+        execution ends Canceled. If none comes within `cancel_wait_ms` (the API died
+        between its two calls), it closes Failed, so that nothing stays open for good."""
         if workflow.cancellation_reason() is not None and self._waits_for_work():
             # It came while the attempt's work was being stopped (spent on the attempt).
             raise asyncio.CancelledError
@@ -384,16 +360,15 @@ class JobWorkflow:
         await workflow.wait_condition(lambda: False)
 
     def _ended_with_cancel(self) -> AttemptResult | None:
-        """The workflow was cancelled while it awaited its attempt. If the attempt had
-        returned in the same workflow task, its result stands (the cancel is spent);
-        otherwise the job ends stopped or cancelled (None) and the cancel goes on
-        (Temporal status Canceled). Before CANCEL_MEETS_END_PATCH it went on at once."""
+        """Cancelled while it awaited its attempt: an attempt that returned in the same
+        task stands (the cancel is spent); else the job ends stopped or cancelled (None)
+        and the cancel goes on. Before CANCEL_MEETS_END_PATCH it went on at once."""
         if not workflow.patched(patches.CANCEL_MEETS_END_PATCH):
             raise asyncio.CancelledError
         handle = self._handle
         if handle and handle.done() and not handle.cancelled() and handle.exception() is None:
             return handle.result()
-        if not self._interrupted():  # a cancel update has marked it already
+        if not self._control.interrupted():  # a cancel update has marked it already
             self._control.ended_by_cancel(_now_ms())
             self._publish()
         return None
@@ -407,13 +382,12 @@ class JobWorkflow:
 
     @workflow.signal(name=names.RECALL_SIGNAL)
     async def gate_recall(self, gate_workflow_id: str) -> None:
-        """A gate takes back the lease of a job no worker has claimed yet: its group's
-        pause, or its pool's capacity lowered below what the pool has leased."""
+        """A gate takes back an unclaimed job's lease: a pause, or a pool's lower capacity."""
         await self._gates.on_recall(gate_workflow_id, self._recall_attempt)
 
     def _recall_attempt(self) -> None:
         if self._handle is not None:
-            self._recalled_attempt = self._attempt
+            self._recalled_attempt = self._machine.attempt
             self._handle.cancel()
 
     @workflow.signal(name=names.PING_SIGNAL)
@@ -441,9 +415,8 @@ class JobWorkflow:
 
     @workflow.update(name=names.OPS_REQUEUE_UPDATE)
     def ops_requeue(self, by: str | None = None) -> Job:
-        """Operator override: a held quarantined or stopped job comes back to pending; a
-        pending, assigned or running one has its attempt cancelled (the worker kills the
-        solver) and a new one started. `by`: who asked ("ops" when not said)."""
+        """Operator override: a held job comes back to pending; a live one has its attempt
+        cancelled (the worker kills the solver) and a new one started."""
         if self._control.requeueable():
             return self._requeue_held(by or names.OPS_BY)
         if self._handle is not None and self._control.ask_requeue_attempt(by):
@@ -493,10 +466,9 @@ class JobWorkflow:
 
     @workflow.update(name=names.STOP_UPDATE)
     def stop(self, by: str | None = None) -> Job:
-        """Stop a job: a pending or assigned one is cancelled; a running one becomes
-        `stop_requested`, and `stopped` once the API's workflow cancel request has
-        cancelled its attempt and the worker has killed its work. With `stop_claimed`,
-        an assigned job is stopped as a running one: its worker may have started."""
+        """Stop a job: a pending or assigned one is cancelled; a running one (or, with
+        `stop_claimed`, an assigned one) is `stop_requested`, and `stopped` once the
+        API's cancel request has cancelled its attempt and its work is gone."""
         asked = self._control.stop(by, _now_ms())
         if asked == "cancel":
             return self._cancel_now()
@@ -527,7 +499,7 @@ class JobWorkflow:
     def attempt_report(self, report: AttemptReport) -> None:
         """A worker claimed the current attempt, or started its solver process."""
         job = self._job
-        if report.attempt != self._attempt or self._control.cancelled:
+        if report.attempt != self._machine.attempt or self._control.cancelled:
             return
         if report.attempt == self._recalled_attempt:
             return  # recalled by a pause before this claim reached the job
@@ -546,7 +518,7 @@ class JobWorkflow:
 
     def _claim_if_wanted(self, report: AttemptReport) -> bool:
         if (
-            report.attempt != self._attempt
+            report.attempt != self._machine.attempt
             or report.attempt == self._recalled_attempt
             or self._control.cancelled
             or self._handle is None
@@ -577,9 +549,9 @@ class JobWorkflow:
         self._machine.claim(worker_id, ts, host, _now_ms())
 
     def _complete(self, outcome: AttemptResult) -> None:
-        now = _now_ms()
-        if self._claimed_attempt != self._attempt:
-            self._claim(self._attempt, outcome.worker_id, outcome.claimed_at or now, outcome.host)
+        now, attempt = _now_ms(), self._machine.attempt
+        if self._claimed_attempt != attempt:
+            self._claim(attempt, outcome.worker_id, outcome.claimed_at or now, outcome.host)
         if self._job.status == JobStatus.ASSIGNED:
             # A result with no report of the start before it (a short job): it ran.
             self._machine.started(outcome.started_at or now, now)

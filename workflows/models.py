@@ -573,7 +573,7 @@ class JobInput(BaseModel):
     # Who submitted it (the API's caller: a token's name and id), on its first
     # transition. None in every input from before.
     submitted_by: str | None = None
-    # A cancelled attempt is awaited until its work is gone (workflows/job_workflow.py,
+    # A cancelled attempt is awaited until its work is gone (workflows/job_patches.py,
     # STOP_WAITS_FOR_WORK_PATCH); False in every input from before.
     stop_waits_for_work: bool = False
     # A granted attempt no worker takes within this (ms) gives its leases back and the
