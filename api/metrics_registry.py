@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from temporalio.client import Client
 
 from api.event_feed import JobEvent
-from api.job_views import JobViews
+from api.job_visibility_reads import JobViews
 from api.task_queue_stats import Backlogs, TaskQueueMetricsSettings, TaskQueueStats
 from engine.connection import TemporalSettings
 

@@ -20,7 +20,7 @@ from workflows.models import (
     PRIORITY_LEVELS_MAX,
 )
 
-# The first split of the priority order's counts (api/visibility.py): lower bounds of
+# The first split of the priority order's counts (api/visibility_queries.py): lower bounds of
 # ranges where priorities cluster (>= 10, 1 … 9, 0, -9 … -1, below; 001's named
 # priorities are 10, 5, 0 and -5). A listing heuristic, measured by bench.list_at_scale.
 PRIORITY_LIST_SPLIT = (10, 1, 0, -9)

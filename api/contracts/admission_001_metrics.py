@@ -12,10 +12,10 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request
 from prometheus_client import Counter, Gauge
 
-from api import visibility
+from api import visibility_queries
 from api.deps import Services
-from api.job_views import TtlCache
 from api.metrics_registry import Metrics
+from api.ttl_cache import TtlCache
 from workflows.contract_states import names, statuses_counted
 from workflows.job_states import CLAIMED, JobStatus, kinds_of
 from workflows.search_attributes import job_filter
@@ -83,7 +83,9 @@ class QueueMetrics:
         client = services.client
         found = await asyncio.gather(
             *(
-                visibility.count(client, job_filter(statuses=kinds_of(kept), pool=self._pool))
+                visibility_queries.count(
+                    client, job_filter(statuses=kinds_of(kept), pool=self._pool)
+                )
                 for kept in METRIC_STATES.values()
             )
         )
@@ -91,7 +93,7 @@ class QueueMetrics:
 
     async def _oldest(self, services: Services) -> float:
         query = job_filter(JobStatus.PENDING.value, pool=self._pool)
-        started = await visibility.oldest_start(services.client, query)
+        started = await visibility_queries.oldest_start(services.client, query)
         return 0.0 if started is None else max(time.time() - started, 0.0)
 
 
