@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
-from prometheus_client import Counter, Gauge
 
 from api import visibility_queries
 from api.deps import Services
@@ -33,28 +32,23 @@ class QueueMetrics:
     the oldest-start search and the groups' (cached) views, cached METRICS_CACHE_MS."""
 
     def __init__(self, metrics: Metrics, pool: str, services: Callable[[], Services]) -> None:
-        r = metrics.registry
         self._pool = pool
         self._services = services
-        self.queue = Gauge(
-            "jobforge_001_queue_jobs", "Job intents by state (001)", ["state"], registry=r
+        self.queue = metrics.gauge(
+            "jobforge_001_queue_jobs", "Job intents by state (001)", ["state"]
         )
-        self.oldest = Gauge(
-            "jobforge_001_oldest_queued_age_seconds",
-            "Age of the oldest queued job intent (001)",
-            registry=r,
+        self.oldest = metrics.gauge(
+            "jobforge_001_oldest_queued_age_seconds", "Age of the oldest queued job intent (001)"
         )
-        self.addon = Gauge(
+        self.addon = metrics.gauge(
             "jobforge_001_addon_jobs",
             "Queued and running job intents per addon (001)",
             ["addon_id", "state"],
-            registry=r,
         )
-        self.decisions = Counter(
+        self.decisions = metrics.counter(
             "jobforge_001_admission_decisions",
             "Submits by decision: queued, approved or denied (admission-only), with reason",
             ["decision", "reason"],
-            registry=r,
         )
         self._cache: TtlCache | None = None
         metrics.add_refresher(self.refresh)
