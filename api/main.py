@@ -1,4 +1,4 @@
-"""The FastAPI application: the REST facade over Temporal, wired in one place."""
+"""The FastAPI application: the API over Temporal, wired in one place."""
 
 from __future__ import annotations
 

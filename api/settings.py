@@ -27,7 +27,7 @@ PRIORITY_LIST_SPLIT = (10, 1, 0, -9)
 
 
 class ApiSettings(BaseSettings):
-    """The REST facade's knobs (the solver-URL policy it applies at submit is
+    """The API's knobs (the solver-URL policy it applies at submit is
     `engine.solver_urls.SolverUrlSettings`, the workers' own)."""
 
     model_config = SettingsConfigDict(extra="ignore")
