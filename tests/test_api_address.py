@@ -11,42 +11,37 @@ from worker.hub_client import HubSettings
 NAMES = ("HUB_URL", "FORGE_INGEST_SECRET", "JOBFORGE_URL", "JOBFORGE_TOKEN")
 
 
-@pytest.fixture(autouse=True)
-def _no_address(monkeypatch: pytest.MonkeyPatch) -> None:
+def address(monkeypatch: pytest.MonkeyPatch, **env: str) -> tuple[str, str]:
+    """The API's URL and the token the settings read from exactly `env`."""
     for name in NAMES:
         monkeypatch.delenv(name, raising=False)
-
-
-def test_hub_url_and_the_ingest_secret_name_the_api() -> None:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("HUB_URL", "http://api.example:8000/")
-        env.setenv("FORGE_INGEST_SECRET", "s3cret")
-        settings = HubSettings()
-
-    assert (settings.base_url, settings.secret) == ("http://api.example:8000", "s3cret")
-
-
-def test_jobforge_url_and_token_stand_in_where_the_documented_names_are_unset() -> None:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("JOBFORGE_URL", "http://other.example:9000")
-        env.setenv("JOBFORGE_TOKEN", "t0ken")
-        settings = HubSettings()
-
-    assert (settings.base_url, settings.secret) == ("http://other.example:9000", "t0ken")
-
-
-def test_the_documented_names_win_where_both_are_set() -> None:
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in zip(
-            NAMES, ("http://hub:1", "first", "http://other:2", "second"), strict=True
-        ):
-            env.setenv(name, value)
-        settings = HubSettings()
-
-    assert (settings.base_url, settings.secret) == ("http://hub:1", "first")
-
-
-def test_with_neither_the_api_is_the_local_default_and_no_secret_is_sent() -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     settings = HubSettings()
+    return settings.base_url, settings.secret
 
-    assert (settings.base_url, settings.secret) == ("http://127.0.0.1:8000", "")
+
+def test_hub_url_and_the_ingest_secret_name_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    found = address(monkeypatch, HUB_URL="http://api.example:8000/", FORGE_INGEST_SECRET="s3")
+
+    assert found == ("http://api.example:8000", "s3")
+
+
+def test_jobforge_url_and_token_stand_in_where_the_documented_names_are_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = address(monkeypatch, JOBFORGE_URL="http://other.example:9000", JOBFORGE_TOKEN="t0")
+
+    assert found == ("http://other.example:9000", "t0")
+
+
+def test_the_documented_names_win_where_both_are_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    both = dict(zip(NAMES, ("http://hub:1", "first", "http://other:2", "second"), strict=True))
+
+    assert address(monkeypatch, **both) == ("http://hub:1", "first")
+
+
+def test_with_neither_the_api_is_the_local_default_and_no_secret_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert address(monkeypatch) == ("http://127.0.0.1:8000", "")
