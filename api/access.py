@@ -33,7 +33,7 @@ ANY: Access = READ | WORK
 OPEN = frozenset({"GET /healthz", "GET /metrics", "GET /", "GET /favicon.ico"})
 
 ROUTES: dict[str, Access] = {
-    # -- 000: the hub's routes ----------------------------------------------------------
+    # -- 000: the API's own routes -------------------------------------------------------
     # Jobs. The 002 daemon reads its runs, and moves its workspace's legacy runs (a
     # submit under its own type, then a cancel of the old job).
     "POST /api/jobs": WRITE_OR_WORK,
@@ -118,7 +118,7 @@ ROUTES: dict[str, Access] = {
     "POST /api/system/scheduler/queue/jobs/{job_id}/heartbeat": WORK,
     "POST /api/system/scheduler/queue/jobs/{job_id}/done": WORK,
     "POST /api/system/scheduler/queue/jobs/{job_id}/failed": WORK,
-    # -- 002: a CLI over the hub's routes above (its daemon's calls are marked there) -----
+    # -- 002: a CLI over the API's routes above (its daemon's calls are marked there) -----
     # -- 003: container job system --------------------------------------------------------
     "POST /run-simulation": WRITE,
     "GET /status/{job_id}": READ,
@@ -139,7 +139,7 @@ ROUTES: dict[str, Access] = {
     "POST /ops/jobs/{job_id}/fail": ADMIN,
     "POST /ops/jobs/{job_id}/cancel": ADMIN,
     "POST /ops/queue/cleanup": ADMIN,
-    # -- 004: tenant lease queue (its workers are the hub's: the agent protocol above) ----
+    # -- 004: tenant lease queue (its workers are the API's: the agent protocol above) ----
     "POST /targets/{target_id}/jobs": WRITE,
     "GET /targets/{target_id}/jobs": READ,
     "GET /targets/{target_id}/jobs/{job_id}": READ,

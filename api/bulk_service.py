@@ -20,7 +20,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from api import visibility
+from api import visibility_queries
 from api.job_service import JobService
 from api.tenancy import EVERY, Scope
 from engine.clock import now_ms
@@ -92,7 +92,9 @@ class BulkActivities:
     async def list_page(self, query: str, token: str | None) -> BulkPage:
         """One page of the matching job ids."""
         raw = bytes.fromhex(token) if token else None
-        rows = await visibility.recent(self._client, query, offset=0, limit=BULK_PAGE, token=raw)
+        rows = await visibility_queries.recent(
+            self._client, query, offset=0, limit=BULK_PAGE, token=raw
+        )
         after = rows.next_token.hex() if rows.next_token else None
         return BulkPage(ids=[execution.id for execution in rows.executions], next_token=after)
 
@@ -143,7 +145,7 @@ class BulkService:
 
     async def count(self, filter: BulkFilter, scope: Scope) -> int:
         """How many jobs the filter matches now (one visibility count)."""
-        return await visibility.count(self._client, bulk_query(self._named(filter), scope))
+        return await visibility_queries.count(self._client, bulk_query(self._named(filter), scope))
 
     async def start(
         self, filter: BulkFilter, action: BulkAction, scope: Scope, role: str, by: str | None

@@ -18,7 +18,7 @@ from api.event_feed import EventFeed
 from api.gate_service import GateService
 from api.job_batch import JobBatches
 from api.job_service import JobService
-from api.job_views import JobViews
+from api.job_visibility_reads import JobViews
 from api.metrics_registry import Metrics
 from api.schedule_service import ScheduleService
 from api.settings import ApiSettings

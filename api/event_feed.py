@@ -36,7 +36,7 @@ from pydantic import Field, PrivateAttr, ValidationError
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
-from api import visibility
+from api import visibility_queries
 from api.job_service import JobService
 from workflows import search_attributes
 from workflows.job_states import SOLVING, JobStatus, is_ended, ordered
@@ -523,7 +523,7 @@ class EventFeed:
         query = f"{JOBS} AND {search_attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
         # Ids and memos only: decoding each row's search attributes too would be most
         # of a look's CPU.
-        for job_id, memo in await visibility.every_memo(
+        for job_id, memo in await visibility_queries.every_memo(
             self.client, query, EVENTS_MEMO, EventsMemo
         ):
             yield job_id, memo

@@ -17,8 +17,9 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import visibility
-from api.job_views import TtlCache, count_kinds
+from api import visibility_queries
+from api.job_visibility_reads import count_kinds
+from api.ttl_cache import TtlCache
 from engine.connection import Route, TemporalSettings
 from engine.gates import Gates
 from workflows.errors import (
@@ -370,7 +371,7 @@ class GateService:
     async def _listed(self, kind: GateKind) -> list[GateView]:
         """Gates of one kind, from their memos (one visibility page)."""
         query = f"WorkflowType = '{GATE_WORKFLOW}' AND ExecutionStatus = 'Running'"
-        rows = await visibility.recent(self._client, query, offset=0, limit=GATES_LIST_MAX)
+        rows = await visibility_queries.recent(self._client, query, offset=0, limit=GATES_LIST_MAX)
         views: list[GateView] = []
         for execution in rows.executions:
             raw = (await execution.memo()).get(GATE_MEMO)
@@ -382,7 +383,9 @@ class GateService:
         return sorted(views, key=lambda view: view.key)
 
     async def _ids(self, query: str) -> list[str]:
-        rows = await visibility.recent(self._client, query, offset=0, limit=GROUP_ACTION_MAX)
+        rows = await visibility_queries.recent(
+            self._client, query, offset=0, limit=GROUP_ACTION_MAX
+        )
         return [execution.id for execution in rows.executions]
 
     async def _each(self, ids: list[str], act: Callable[[str], Awaitable[object]]) -> list[str]:

@@ -1,4 +1,10 @@
-"""Job operations on Temporal: submit, read, list, cancel. Used by the routes."""
+"""Every write to jobs (submit, stop, cancel, re-queue, fail, clean up), and full-job reads.
+
+The one job module that changes a job, always through its workflow. It reads one job by
+its workflow's query and a page of full jobs through `job_history_reads` (history, no
+replay); `job_visibility_reads` serves summaries and counts from visibility alone, and
+`visibility_queries` holds the ordered listings all three stand on.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +42,8 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import visibility
-from api.job_reads import FETCH_CONCURRENCY, JobReader
+from api import visibility_queries
+from api.job_history_reads import FETCH_CONCURRENCY, JobReader
 from api.settings import PRIORITY_LIST_SPLIT, ApiSettings
 from api.tenancy import EVERY, Scope
 from engine.clock import now_ms
@@ -142,7 +148,7 @@ def submitted_at_ms(job_id: str) -> int | None:
 
 
 class JobService:
-    """What the REST facade does with Temporal."""
+    """What the API does to jobs, through their workflows on Temporal."""
 
     def __init__(
         self,
@@ -159,9 +165,9 @@ class JobService:
         self._temporal = temporal
         self._settings = settings
         self._solver_urls = solver_urls
-        self._tokens = visibility.PageTokens(settings.forge_ingest_secret)
+        self._tokens = visibility_queries.PageTokens(settings.forge_ingest_secret)
         self._reader = JobReader(client, self.get)
-        self._cutoffs = visibility.Cutoffs()
+        self._cutoffs = visibility_queries.Cutoffs()
         self._registered_types: set[str] = set()
         self._known_types: tuple[float, list[str]] = (-KNOWN_TYPES_TTL_S, [])
         self._retention_kept: timedelta | None = None
@@ -496,7 +502,7 @@ class JobService:
         scope: Scope = EVERY,
     ) -> JobList:
         """One page of jobs, at a cost that grows with `offset + limit`, never with the
-        jobs behind them (api/visibility.py). `page_token` continues where the page
+        jobs behind them (api/visibility_queries.py). `page_token` continues where the page
         that gave it ended; `offset` then skips further. Only `scope`'s jobs: its
         tenant is a clause of the query, which the page token is signed for, so a token
         from another scope's list is refused."""
@@ -514,14 +520,14 @@ class JobService:
         signed_for = f"{order.value}:{query}"
         token = self._tokens.open(signed_for, page_token) if page_token else None
         if order == ListOrder.RECENT:
-            rows = await visibility.recent(
+            rows = await visibility_queries.recent(
                 self._client, query, offset=offset, limit=limit, token=token
             )
             after = rows.next_token
         else:
             start = offset + (int(token) if token and token.isdigit() else 0)
             chosen = {status.value} if status is not None else set(statuses)
-            rows = await visibility.by_priority(
+            rows = await visibility_queries.by_priority(
                 self._client,
                 query,
                 offset=start,
@@ -684,7 +690,7 @@ class JobService:
             query += f" AND {search_attributes.TYPE.name} = '{job_type}'"
         if not scope.every:
             query += f" AND {search_attributes.tenant_clause(scope.tenant)}"
-        rows = await visibility.recent(self._client, query, offset=0, limit=CLEANUP_MAX)
+        rows = await visibility_queries.recent(self._client, query, offset=0, limit=CLEANUP_MAX)
         gate = asyncio.Semaphore(FETCH_CONCURRENCY)
 
         async def delete(execution: WorkflowExecution) -> bool:

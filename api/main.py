@@ -1,4 +1,4 @@
-"""The FastAPI application: the REST facade over Temporal, wired in one place."""
+"""The FastAPI application: the API over Temporal, wired in one place."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from api.event_feed import EventFeed, FeedSettings, JobEvent
 from api.gate_service import GateService
 from api.job_batch import JobBatches
 from api.job_service import JobService
-from api.job_views import JobViews
+from api.job_visibility_reads import JobViews
 from api.metrics_registry import Metrics
 from api.routes import (
     agents,

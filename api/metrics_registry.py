@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from temporalio.client import Client
 
 from api.event_feed import JobEvent
-from api.job_views import JobViews
+from api.job_visibility_reads import JobViews
 from api.task_queue_stats import Backlogs, TaskQueueMetricsSettings, TaskQueueStats
 from engine.connection import TemporalSettings
 
 log = logging.getLogger("jobforge.metrics")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 QUEUE_LABELS = ["task_queue", "kind", "job_type"]
+
+
+def _job_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
+    """Jobs by status and the oldest pending job's age: the process's and a tenant's."""
+    jobs = Gauge(
+        "jobforge_jobs", "Jobs by status (visibility counts)", ["status"], registry=registry
+    )
+    oldest = Gauge(
+        "jobforge_oldest_pending_age_seconds", "Age of the oldest pending job", registry=registry
+    )
+    return jobs, oldest
 
 
 class Metrics:
@@ -30,58 +41,54 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.jobs = Gauge(
-            "jobforge_jobs", "Jobs by status (visibility counts)", ["status"], registry=r
-        )
-        self.oldest_pending = Gauge(
-            "jobforge_oldest_pending_age_seconds", "Age of the oldest pending job", registry=r
-        )
-        self.backlog = Gauge(
+        self.jobs, self.oldest_pending = _job_gauges(self.registry)
+        self.backlog = self.gauge(
             "jobforge_task_queue_backlog",
             "Tasks waiting in a task queue (Temporal's approximate backlog count)",
             QUEUE_LABELS,
-            registry=r,
         )
-        self.backlog_age = Gauge(
+        self.backlog_age = self.gauge(
             "jobforge_task_queue_backlog_age_seconds",
             "How long the oldest task in a task queue's backlog has waited",
             QUEUE_LABELS,
-            registry=r,
         )
-        self.unreported_types = Gauge(
+        self.unreported_types = self.gauge(
             "jobforge_task_queue_types_unreported",
             "Job types whose queues are not described (over METRICS_TASK_QUEUE_TYPES_MAX)",
-            registry=r,
         )
-        self.submissions = Counter(
-            "jobforge_submissions", "Jobs submitted through this API process", registry=r
+        self.submissions = self.counter(
+            "jobforge_submissions", "Jobs submitted through this API process"
         )
-        self.claims = Counter(
-            "jobforge_http_claims", "Jobs claimed by HTTP agents through this process", registry=r
+        self.claims = self.counter(
+            "jobforge_http_claims", "Jobs claimed by HTTP agents through this process"
         )
-        self.events = Counter(
-            "jobforge_job_events", "Job transitions seen on the event feed", ["event"], registry=r
+        self.events = self.counter(
+            "jobforge_job_events", "Job transitions seen on the event feed", ["event"]
         )
-        self.feed_polls = Counter(
-            "jobforge_event_feed_polls",
-            "Visibility listings made by this process's event feed",
-            registry=r,
+        self.feed_polls = self.counter(
+            "jobforge_event_feed_polls", "Visibility listings made by this process's event feed"
         )
-        self.feed_settle = Gauge(
+        self.feed_settle = self.gauge(
             "jobforge_event_feed_settle_seconds",
             "How old a transition must be before the event feed sends it (grows with the "
             "visibility lag seen)",
-            registry=r,
         )
         self.claim_latency = Histogram(
             "jobforge_claim_latency_seconds",
             "Time from a job's submission to its first claim",
             buckets=LATENCY_BUCKETS,
-            registry=r,
+            registry=self.registry,
         )
         self._task_queues: TaskQueueStats | None = None
         self._refreshers: list[Callable[[], Awaitable[None]]] = []
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+        """A gauge on this registry."""
+        return Gauge(name, doc, labels, registry=self.registry)
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        """A counter on this registry."""
+        return Counter(name, doc, labels, registry=self.registry)
 
     def add_refresher(self, refresh: Callable[[], Awaitable[None]]) -> None:
         """Run `refresh` at each scrape, with the other gauges' calls (it sets gauges of
@@ -120,14 +127,7 @@ class Metrics:
         tenant. Nothing process-wide (event counters, task queue backlogs): those
         count every tenant's jobs."""
         registry = CollectorRegistry()
-        jobs = Gauge(
-            "jobforge_jobs", "Jobs by status (visibility counts)", ["status"], registry=registry
-        )
-        oldest = Gauge(
-            "jobforge_oldest_pending_age_seconds",
-            "Age of the oldest pending job",
-            registry=registry,
-        )
+        jobs, oldest = _job_gauges(registry)
         counts, age = await asyncio.gather(
             views.counts(None, tenant), views.oldest_pending_age_s(tenant)
         )

@@ -104,6 +104,9 @@ def document(app: FastAPI) -> None:
                     add("404", "No such bulk operation in the caller's tenant")
                 if path == "/api/schedules" and method == "post":
                     add("409", "A schedule has this id already")
+                if path == "/api/agent/job-status":
+                    add("404", "No such job")
+                    add("409", "Not a valid transition, or not this worker's job")
                 if path.startswith(("/ops/jobs/", "/targets/{target_id}/jobs/")):
                     add("409", "The job's state does not allow it (see the message)")
                 if path == "/job/{job_id}" and method == "delete":

@@ -20,14 +20,14 @@ from workflows.models import (
     PRIORITY_LEVELS_MAX,
 )
 
-# The first split of the priority order's counts (api/visibility.py): lower bounds of
+# The first split of the priority order's counts (api/visibility_queries.py): lower bounds of
 # ranges where priorities cluster (>= 10, 1 … 9, 0, -9 … -1, below; 001's named
 # priorities are 10, 5, 0 and -5). A listing heuristic, measured by bench.list_at_scale.
 PRIORITY_LIST_SPLIT = (10, 1, 0, -9)
 
 
 class ApiSettings(BaseSettings):
-    """The REST facade's knobs (the solver-URL policy it applies at submit is
+    """The API's knobs (the solver-URL policy it applies at submit is
     `engine.solver_urls.SolverUrlSettings`, the workers' own)."""
 
     model_config = SettingsConfigDict(extra="ignore")

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 
-from api import visibility
+from api import visibility_queries
 from api.event_feed import JobEvent
 from workflows.job_states import JobStatus
 from workflows.models import EventsMemo
@@ -191,7 +191,7 @@ class StatsSeries:
             end = min(start + MINUTE_MS, until_ms)
             ranged = f"{query} AND CloseTime >= '{_iso(start)}' AND CloseTime < '{_iso(end)}'"
             async with gate:
-                return await visibility.count(self._client, ranged)
+                return await visibility_queries.count(self._client, ranged)
 
         starts = list(range(first, until_ms, MINUTE_MS))
         done = await asyncio.gather(*(count(completed, s) for s in starts))
@@ -209,7 +209,7 @@ class StatsSeries:
             f"{JOBS} AND ExecutionStatus != 'Running' "
             f"AND CloseTime >= '{_iso(first)}' AND CloseTime < '{_iso(until_ms)}'"
         )
-        rows = await visibility.recent(self._client, query, offset=0, limit=REBUILD_SAMPLE)
+        rows = await visibility_queries.recent(self._client, query, offset=0, limit=REBUILD_SAMPLE)
         for execution in rows.executions:
             raw = (await execution.memo()).get(EVENTS_MEMO)
             if raw is None:
@@ -243,7 +243,7 @@ class StatsSeries:
         types = (await self._known_types())[:DEPTH_TYPES_MAX]
         pending = JobStatus.PENDING.value
         counts = await asyncio.gather(
-            *(visibility.count(self._client, job_filter(pending, t)) for t in types)
+            *(visibility_queries.count(self._client, job_filter(pending, t)) for t in types)
         )
         bucket = self._bucket(int(time.time() * 1000))
         if bucket is not None:

@@ -24,7 +24,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from api.job_views import TtlCache
+from api.ttl_cache import TtlCache
 from engine.connection import Route, TemporalSettings
 from engine.directory import known_job_types
 

@@ -50,7 +50,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from api import visibility
+from api import visibility_queries
 from bench.harness import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -500,7 +500,7 @@ async def visibility_costs(client: Client, jobs: int, rounds: int = 5) -> None:
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        rows = (await visibility.recent(client, pending, offset=0, limit=1000)).executions
+        rows = (await visibility_queries.recent(client, pending, offset=0, limit=1000)).executions
         times.append((time.perf_counter() - t0) * 1000 / max(len(rows), 1))
     print(
         f"jobs={jobs} cost listing pending rows ({len(rows)}): {percentile(times, 50):.2f} ms a row"

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from api.job_views import TtlCache
 from api.main import create_app
 from api.routes.jobs import RESERVED_JOB_PATHS
+from api.ttl_cache import TtlCache
 from tests.conftest import REGISTERED_TYPE, SECRET, Api, wait_until
 from worker.devserver import DevServer, free_port
 from workflows.names import REGISTRY_WORKFLOW_ID

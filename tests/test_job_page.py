@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.job_views import JobViews
+from api.job_visibility_reads import JobViews
 from workflows.errors import InvalidField
 from workflows.job_states import JobStatus
 from workflows.models import EventsMemo, Transition

@@ -74,7 +74,7 @@ def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
 
 
 # Within the API, floors from the top: main.py, the designs' routes (api/contracts/), the
-# hub's routes (api/routes/), then deps and services. Each imports only floors below it.
+# API's own routes (api/routes/), then deps and services. Each imports only floors below it.
 API_FLOORS = {
     "api/contracts": ("api.main",),
     "api/routes": ("api.main", "api.contracts"),

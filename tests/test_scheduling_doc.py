@@ -1,5 +1,5 @@
 """docs/scheduling.md's worked examples: every `curl` runs as printed, with the API's
-address and a token in the variables the page names ($JOBFORGE_URL, $JOBFORGE_TOKEN),
+address and a token in the variables the page names ($HUB_URL, $FORGE_INGEST_SECRET),
 against an API of this test's own. Each answer's status must be a success, or one the
 page's comment names (the admission-only submit's 429)."""
 
@@ -38,7 +38,7 @@ def own_api(start_api: Callable[..., Api]) -> Iterator[Api]:
 
 def run_block(api: Api, block: str) -> tuple[list[int], str]:
     """Run one block in bash as a user would; the status of each curl, and the output."""
-    env = {**os.environ, "JOBFORGE_URL": api.url, "JOBFORGE_TOKEN": SECRET}
+    env = {**os.environ, "HUB_URL": api.url, "FORGE_INGEST_SECRET": SECRET}
     done = subprocess.run(
         ["bash", "--noprofile", "--norc", "-c", WRAPPER + block],
         env=env,
@@ -67,7 +67,7 @@ def test_every_curl_of_the_worked_examples_runs_as_printed(own_api: Api) -> None
             created += re.findall(r'"id":"([0-9a-f]{32})"', out)
             # Every call carries the token and, with a body, says it is JSON.
             for command in re.split(r"^(?=curl )", block, flags=re.M)[1:]:
-                assert '-H "Authorization: Bearer $JOBFORGE_TOKEN"' in command, command
+                assert '-H "Authorization: Bearer $FORGE_INGEST_SECRET"' in command, command
                 if " -d " in command:
                     assert "-H 'Content-Type: application/json'" in command, command
         assert created, "no job was submitted"

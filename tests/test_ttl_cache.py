@@ -1,4 +1,4 @@
-"""The answer cache of counts, metrics and fleet views (api/job_views.TtlCache): one
+"""The answer cache of counts, metrics and fleet views (api/ttl_cache.py): one
 computation per key and time, stale answers given at once while one refresh runs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from api.job_views import TtlCache
+from api.ttl_cache import TtlCache
 
 
 class Clock:

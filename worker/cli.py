@@ -385,8 +385,8 @@ def submit(
             host_wait_ms
         )
     body.update({key: value for key, value in optional.items() if value is not None})
-    with api_client(SUBMIT_OPTIONS) as hub:
-        typer.echo(hub.submit(body, idempotency_key))
+    with api_client(SUBMIT_OPTIONS) as api:
+        typer.echo(api.submit(body, idempotency_key))
     exit_with(0)
 
 
@@ -409,8 +409,8 @@ def _submit_file(ctx: typer.Context, path: str, batch_size: int) -> NoReturn:
     if source is not sys.stdin:
         with Path(path).open(encoding="utf-8") as counted:
             total = sum(1 for line in counted if line.strip())
-    with api_client() as hub, source:
-        tally = submit_lines(hub, source, batch_size, total)
+    with api_client() as api, source:
+        tally = submit_lines(api, source, batch_size, total)
     typer.echo(tally.summary(), err=True)
     exit_with(1 if tally.failed else 0)
 
@@ -418,8 +418,8 @@ def _submit_file(ctx: typer.Context, path: str, batch_size: int) -> NoReturn:
 @command(cls=CliCommand)
 def get(job_id: JobIdArg) -> None:
     """Print one job as JSON."""
-    with api_client() as hub:
-        typer.echo(json.dumps(hub.job_json(job_id), indent=2))
+    with api_client() as api:
+        typer.echo(json.dumps(api.job_json(job_id), indent=2))
     exit_with(0)
 
 
@@ -462,8 +462,8 @@ def list_jobs(
     With --json: one JSON array of the jobs as the API answers them.
     """
     filters = {"group": group, "pool": pool, "target": target, "worker": worker_id}
-    with api_client(LIST_OPTIONS) as hub:
-        listed = hub.jobs(status, job_type, limit, order.value, filters=filters, tenant=tenant)
+    with api_client(LIST_OPTIONS) as api:
+        listed = api.jobs(status, job_type, limit, order.value, filters=filters, tenant=tenant)
     if as_json:
         print_json(listed)
         exit_with(0)
@@ -479,8 +479,8 @@ def list_jobs(
 def stop(job_id: JobIdArg) -> None:
     """Stop a job: a running one is stopped (its solver killed), a pending or assigned
     one cancelled. Prints the job's status after the request."""
-    with api_client() as hub:
-        job = hub.stop(job_id)
+    with api_client() as api:
+        job = api.stop(job_id)
     typer.echo(f"{job_id} {status_label(job)}")
     exit_with(0)
 
@@ -488,8 +488,8 @@ def stop(job_id: JobIdArg) -> None:
 @command(cls=CliCommand)
 def cancel(job_id: JobIdArg) -> None:
     """Cancel a pending or assigned job."""
-    with api_client() as hub:
-        hub.cancel(job_id)
+    with api_client() as api:
+        api.cancel(job_id)
     typer.echo(f"cancelled {job_id}")
     exit_with(0)
 
@@ -525,8 +525,8 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> None:
 
     With --json: the job as the API answers it, as `get` prints it.
     """
-    with api_client() as hub:
-        answer = hub.job_json(job_id)
+    with api_client() as api:
+        answer = api.job_json(job_id)
     if as_json:
         print_json(answer)
         exit_with(0)
@@ -623,16 +623,16 @@ def logs(
     """
     if as_json and follow:
         fail("--json prints the stored log once: give it without --follow", 2)
-    with api_client() as hub:
+    with api_client() as api:
         if as_json:
-            print_json(hub.logs(job_id, attempt))
+            print_json(api.logs(job_id, attempt))
             exit_with(0)
         if not follow:
-            for line in hub.logs(job_id, attempt)["lines"]:
+            for line in api.logs(job_id, attempt)["lines"]:
                 typer.echo(_log_line(line))
             exit_with(0)
         try:
-            for name, data in hub.follow_logs(job_id, attempt):
+            for name, data in api.follow_logs(job_id, attempt):
                 if name == "log":
                     typer.echo(_log_line(data))
                 elif name == "end":
@@ -685,12 +685,12 @@ def watch(
         opened = True
 
     try:
-        with settings_or_exit("hub"):
+        with settings_or_exit("API"):
             settings = HubSettings()
-        with HubClient(settings, require_secret=False) as hub:
+        with HubClient(settings, require_secret=False) as api:
             while True:
                 try:
-                    for name, event_id, event in hub.events(
+                    for name, event_id, event in api.events(
                         asked, job_type or [], last_id, on_open
                     ):
                         last_id = event_id or last_id

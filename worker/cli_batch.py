@@ -90,11 +90,11 @@ def _batches(
         yield batch
 
 
-def _send(hub: HubClient, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+def _send(api: HubClient, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """One batch's answer, sent again after an unreachable API or a 5xx."""
     for attempt in range(RETRIES + 1):
         try:
-            return hub.submit_batch(jobs, BATCH_TIMEOUT_S)
+            return api.submit_batch(jobs, BATCH_TIMEOUT_S)
         except HubError as err:
             transient = isinstance(err, HubUnreachableError) or (err.status or 0) >= 500
             if not transient or attempt == RETRIES:
@@ -105,7 +105,7 @@ def _send(hub: HubClient, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-def submit_lines(hub: HubClient, lines: Iterable[str], size: int, total: int | None) -> Tally:
+def submit_lines(api: HubClient, lines: Iterable[str], size: int, total: int | None) -> Tally:
     """Send every good line, `size` a batch, with a progress bar on stderr (when it is a
     terminal); print each job's id on stdout, each failure on stderr."""
     tally = Tally()
@@ -122,7 +122,7 @@ def submit_lines(hub: HubClient, lines: Iterable[str], size: int, total: int | N
     with progress:
         task = progress.add_task("submit", total=total)
         for batch in _batches(_items(lines, run, tally), size):
-            answer = _send(hub, [item for _, item in batch])
+            answer = _send(api, [item for _, item in batch])
             for result in answer["results"]:
                 number = batch[result["index"]][0]
                 if "code" in result:

@@ -11,21 +11,15 @@ from typing import Annotated, Any
 import typer
 
 from worker.cli_common import (
-    EXIT_CODES,
     CliCommand,
-    CliGroup,
     api_client,
     exit_with,
     fail,
     print_json,
+    sub_app,
 )
 
-bulk_app = typer.Typer(
-    cls=CliGroup,
-    no_args_is_help=True,
-    help="Cancel, stop or re-queue every job a filter matches.",
-    epilog=EXIT_CODES,
-)
+bulk_app = sub_app("Cancel, stop or re-queue every job a filter matches.")
 
 # The API's fields and the options that set them, for an error's line.
 OPTIONS = {
@@ -51,20 +45,20 @@ def _run(action: str, filter: dict[str, Any], yes: bool, no_wait: bool, json: bo
     chosen = {key: value for key, value in filter.items() if value is not None}
     if not chosen:
         fail("name at least one filter (--status, --type, …): none would reach every job", 2)
-    with api_client(OPTIONS) as hub:
+    with api_client(OPTIONS) as api:
         if not yes:
-            count = hub.call("POST", "/api/jobs/bulk/count", json={"filter": chosen}).json()
+            count = api.call("POST", "/api/jobs/bulk/count", json={"filter": chosen}).json()
             named = ", ".join(f"{key}={value}" for key, value in chosen.items())
             if not typer.confirm(f"{action} {count['matched']} jobs ({named})?"):
                 typer.echo("nothing done", err=True)
                 exit_with(1)
         body = {"filter": chosen, "action": action}
-        op_id = hub.call("POST", "/api/jobs/bulk", json=body).json()["id"]
+        op_id = api.call("POST", "/api/jobs/bulk", json=body).json()["id"]
         if no_wait:
             typer.echo(op_id)
             return
         while True:
-            progress: dict[str, Any] = hub.call("GET", f"/api/jobs/bulk/{op_id}").json()
+            progress: dict[str, Any] = api.call("GET", f"/api/jobs/bulk/{op_id}").json()
             if progress["state"] == "done":
                 break
             time.sleep(POLL_S)  # a poll interval: the operation runs in the API

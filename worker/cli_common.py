@@ -95,6 +95,11 @@ EXIT_CODES = (
 )
 
 
+def sub_app(help_text: str) -> typer.Typer:
+    """A `jobforge` sub-command group (`jobforge pool …`): the shared help and exit codes."""
+    return typer.Typer(cls=CliGroup, no_args_is_help=True, help=help_text, epilog=EXIT_CODES)
+
+
 def exit_with(code: int) -> NoReturn:
     # Short-lived Temporal clients can crash at interpreter exit (sdk-python#300).
     sys.stdout.flush()
@@ -123,10 +128,10 @@ def api_client(options: Mapping[str, str] | None = None) -> Iterator[HubClient]:
     """A client from HUB_URL and FORGE_INGEST_SECRET; a failed call is one line, exit 1.
     `options` maps the API's field names to the options that set them, for the line."""
     try:
-        with settings_or_exit("hub"):
+        with settings_or_exit("API"):
             settings = HubSettings()
-        with HubClient(settings) as hub:
-            yield hub
+        with HubClient(settings) as api:
+            yield api
     except HubError as err:
         option = (options or {}).get(err.field or "")
         fail(f"{err} (set by {option})" if option else str(err))

@@ -45,8 +45,8 @@ def workers(as_json: JsonOpt = False) -> None:
 
     A worker not heard from for the API's WORKER_EXPIRE_S is gone from the list.
     """
-    with api_client() as hub:
-        fleet = hub.workers()
+    with api_client() as api:
+        fleet = api.workers()
     if as_json:
         print_json(fleet)
     else:

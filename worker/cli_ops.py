@@ -8,15 +8,10 @@ from typing import Annotated
 
 import typer
 
-from worker.cli_common import EXIT_CODES, CliCommand, CliGroup, api_client, exit_with, fail
+from worker.cli_common import CliCommand, api_client, exit_with, fail, sub_app
 from worker.hub_client import status_label
 
-ops_app = typer.Typer(
-    cls=CliGroup,
-    no_args_is_help=True,
-    help="Operator overrides: re-queue, quarantine or cancel any job; delete old ones.",
-    epilog=EXIT_CODES,
-)
+ops_app = sub_app("Operator overrides: re-queue, quarantine or cancel any job; delete old ones.")
 
 JobIdArg = Annotated[str, typer.Argument(metavar="ID", help="The job's id.")]
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -38,8 +33,8 @@ def duration_s(text: str) -> float:
 def ops_requeue(job_id: JobIdArg) -> None:
     """Re-queue any job under its id: an ended one comes back to pending with its history
     and max_attempts more attempts; a running attempt is ended first."""
-    with api_client() as hub:
-        job = hub.ops(job_id, "requeue")
+    with api_client() as api:
+        job = api.ops(job_id, "requeue")
     typer.echo(f"{job_id} {status_label(job)} (attempt {job['attempt']})")
     exit_with(0)
 
@@ -52,8 +47,8 @@ def ops_fail(
     ),
 ) -> None:
     """Quarantine a job that has not ended, at once."""
-    with api_client() as hub:
-        job = hub.ops(job_id, "fail", {"reason": reason})
+    with api_client() as api:
+        job = api.ops(job_id, "fail", {"reason": reason})
     typer.echo(f"{job_id} {status_label(job)}")
     exit_with(0)
 
@@ -61,8 +56,8 @@ def ops_fail(
 @ops_app.command("cancel", cls=CliCommand)
 def ops_cancel(job_id: JobIdArg) -> None:
     """End a job that has not ended (stopped if it runs, else cancelled)."""
-    with api_client() as hub:
-        job = hub.ops(job_id, "cancel")
+    with api_client() as api:
+        job = api.ops(job_id, "cancel")
     typer.echo(f"{job_id} {status_label(job)}")
     exit_with(0)
 
@@ -84,7 +79,7 @@ def ops_cleanup(
         "statuses": status or [],
         "type": job_type,
     }
-    with api_client() as hub:
-        deleted = hub.cleanup(body)
+    with api_client() as api:
+        deleted = api.cleanup(body)
     typer.echo(f"deleted {deleted}")
     exit_with(0)

@@ -15,21 +15,15 @@ from rich.console import Console
 from rich.text import Text
 
 from worker.cli_common import (
-    EXIT_CODES,
     CliCommand,
-    CliGroup,
     api_client,
     exit_with,
     fail,
     print_fields,
+    sub_app,
 )
 
-schedule_app = typer.Typer(
-    cls=CliGroup,
-    no_args_is_help=True,
-    help="Schedules: a job fired by cron or interval, on Temporal Schedules.",
-    epilog=EXIT_CODES,
-)
+schedule_app = sub_app("Schedules: a job fired by cron or interval, on Temporal Schedules.")
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="The schedule.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the API's object as JSON.")]
@@ -131,16 +125,16 @@ def schedule_create(
         body["catchup_window_s"] = catchup_window
     if note is not None:
         body["note"] = note
-    with api_client(OPTIONS) as hub:
-        typer.echo(_line(hub.call("POST", "/api/schedules", json=body).json()))
+    with api_client(OPTIONS) as api:
+        typer.echo(_line(api.call("POST", "/api/schedules", json=body).json()))
     exit_with(0)
 
 
 @schedule_app.command("list", cls=CliCommand)
 def schedule_list(as_json: JsonOpt = False) -> None:
     """List schedules: id, paused or active, when, job type, next firing, last job."""
-    with api_client() as hub:
-        schedules = hub.call("GET", "/api/schedules").json()
+    with api_client() as api:
+        schedules = api.call("GET", "/api/schedules").json()
     if as_json:
         typer.echo(json.dumps(schedules, indent=2))
     else:
@@ -152,8 +146,8 @@ def schedule_list(as_json: JsonOpt = False) -> None:
 @schedule_app.command("show", cls=CliCommand)
 def schedule_show(schedule_id: IdArg, as_json: JsonOpt = False) -> None:
     """Print a schedule: when, overlap, paused, next firings, its latest jobs."""
-    with api_client() as hub:
-        schedule = hub.call("GET", _path(schedule_id)).json()
+    with api_client() as api:
+        schedule = api.call("GET", _path(schedule_id)).json()
     if as_json:
         typer.echo(json.dumps(schedule, indent=2))
         exit_with(0)
@@ -180,8 +174,8 @@ def schedule_show(schedule_id: IdArg, as_json: JsonOpt = False) -> None:
 
 
 def _action(schedule_id: str, action: str, said: str, body: dict[str, Any] | None = None) -> None:
-    with api_client(OPTIONS) as hub:
-        schedule = hub.call("POST", _path(schedule_id, action), json=body).json()
+    with api_client(OPTIONS) as api:
+        schedule = api.call("POST", _path(schedule_id, action), json=body).json()
     typer.echo(f"{said} schedule {schedule_id}: {_line(schedule)}")
     exit_with(0)
 
@@ -223,7 +217,7 @@ def schedule_backfill(
 @schedule_app.command("delete", cls=CliCommand)
 def schedule_delete(schedule_id: IdArg) -> None:
     """Delete a schedule; the jobs it fired stay."""
-    with api_client() as hub:
-        hub.call("DELETE", _path(schedule_id))
+    with api_client() as api:
+        api.call("DELETE", _path(schedule_id))
     typer.echo(f"deleted schedule {schedule_id}")
     exit_with(0)

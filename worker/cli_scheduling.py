@@ -4,7 +4,7 @@ registers them on the `jobforge` app."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 import typer
@@ -12,28 +12,22 @@ from rich.console import Console
 from rich.text import Text
 
 from worker.cli_common import (
-    EXIT_CODES,
     CliCommand,
-    CliGroup,
     JsonOpt,
     api_client,
     exit_with,
     fail,
     print_fields,
     print_json,
+    sub_app,
 )
-from worker.hub_client import HubError
+from worker.hub_client import HubClient, HubError
 from workflows.job_states import COUNT_KINDS
 
-
-def _sub_app(help_text: str) -> typer.Typer:
-    return typer.Typer(cls=CliGroup, no_args_is_help=True, help=help_text, epilog=EXIT_CODES)
-
-
 # worker/cli.py adds them to `jobforge` as `group`, `pool` and `target`.
-group_app = _sub_app("Groups: pause, resume, limit and weigh jobs together.")
-pool_app = _sub_app("Pools: the capacity their jobs' cost units share.")
-target_app = _sub_app("Serial targets: one job at a time; a failure halts them.")
+group_app = sub_app("Groups: pause, resume, limit and weigh jobs together.")
+pool_app = sub_app("Pools: the capacity their jobs' cost units share.")
+target_app = sub_app("Serial targets: one job at a time; a failure halts them.")
 
 GroupArg = Annotated[str, typer.Argument(metavar="NAME", help="The group.")]
 PoolArg = Annotated[str, typer.Argument(metavar="NAME", help="The pool.")]
@@ -53,11 +47,18 @@ def _limit(group: Mapping[str, Any]) -> str:
     return "none" if limit is None else str(limit)
 
 
-def _show(obj: Mapping[str, Any], as_json: bool, rows: Iterable[tuple[str, str | Text]]) -> None:
+Item = Mapping[str, Any]
+Rows = list[tuple[str, str | Text]]
+
+
+def _show(read: Callable[[HubClient], Item], as_json: bool, fields: Callable[[Item], Rows]) -> None:
+    """A show command's output: the API's object as JSON, or a field per line."""
+    with api_client() as api:
+        item = read(api)
     if as_json:
-        print_json(obj)
+        print_json(item)
     else:
-        print_fields(Console(highlight=False), rows)
+        print_fields(Console(highlight=False), fields(item))
     exit_with(0)
 
 
@@ -69,8 +70,12 @@ def _group_line(group: Mapping[str, Any]) -> str:
     )
 
 
-def _list(listed: list[dict[str, Any]], as_json: bool, line: Callable[[Any], str]) -> None:
+def _list(
+    read: Callable[[HubClient], list[Any]], as_json: bool, line: Callable[[Any], str]
+) -> None:
     """A list command's output: the API's array as JSON, or a line per item."""
+    with api_client() as api:
+        listed = read(api)
     if as_json:
         print_json(listed)
     else:
@@ -82,28 +87,24 @@ def _list(listed: list[dict[str, Any]], as_json: bool, line: Callable[[Any], str
 @group_app.command("list", cls=CliCommand)
 def group_list(as_json: JsonOpt = False) -> None:
     """List groups: name, paused or active, limit, weight, job counts."""
-    with api_client() as hub:
-        groups = hub.groups()
-    _list(groups, as_json, _group_line)
+    _list(HubClient.groups, as_json, _group_line)
+
+
+def _group_fields(group: Item) -> Rows:
+    paused = bool(group.get("paused"))
+    return [
+        ("Group", str(group["group"])),
+        ("Paused", Text("yes", style="yellow") if paused else "no"),
+        ("Max parallel", _limit(group)),
+        ("Weight", f"{group.get('weight', 1):g}"),
+        ("Jobs", _counts(group.get("counts") or {})),
+    ]
 
 
 @group_app.command("show", cls=CliCommand)
 def group_show(name: GroupArg, as_json: JsonOpt = False) -> None:
     """Print a group: paused, its limit of running jobs, its weight, its job counts."""
-    with api_client() as hub:
-        group = hub.group(name)
-    paused = bool(group.get("paused"))
-    _show(
-        group,
-        as_json,
-        [
-            ("Group", str(group["group"])),
-            ("Paused", Text("yes", style="yellow") if paused else "no"),
-            ("Max parallel", _limit(group)),
-            ("Weight", f"{group.get('weight', 1):g}"),
-            ("Jobs", _counts(group.get("counts") or {})),
-        ],
-    )
+    _show(lambda api: api.group(name), as_json, _group_fields)
 
 
 @group_app.command("pause", cls=CliCommand)
@@ -112,8 +113,8 @@ def group_pause(name: GroupArg) -> None:
 
     Running jobs finish; assigned ones not yet claimed go back to waiting.
     """
-    with api_client() as hub:
-        hub.pause_group(name)
+    with api_client() as api:
+        api.pause_group(name)
     typer.echo(f"paused group {name}")
     exit_with(0)
 
@@ -121,8 +122,8 @@ def group_pause(name: GroupArg) -> None:
 @group_app.command("resume", cls=CliCommand)
 def group_resume(name: GroupArg) -> None:
     """Resume a paused group."""
-    with api_client() as hub:
-        hub.pause_group(name, paused=False)
+    with api_client() as api:
+        api.pause_group(name, paused=False)
     typer.echo(f"resumed group {name}")
     exit_with(0)
 
@@ -150,16 +151,16 @@ def group_set(
         patch["weight"] = weight
     if not patch:
         fail("nothing to set: give --max-parallel N, --no-max-parallel or --weight W", 2)
-    with api_client() as hub:
-        typer.echo(_group_line(hub.configure_group(name, patch)))
+    with api_client() as api:
+        typer.echo(_group_line(api.configure_group(name, patch)))
     exit_with(0)
 
 
 @group_app.command("retry-failed", cls=CliCommand)
 def group_retry_failed(name: GroupArg) -> None:
     """Queue a group's quarantined jobs again; prints `requeued ID` for each."""
-    with api_client() as hub:
-        requeued = hub.retry_failed(name)
+    with api_client() as api:
+        requeued = api.retry_failed(name)
     for job_id in requeued:
         typer.echo(f"requeued {job_id}")
     if not requeued:
@@ -170,8 +171,8 @@ def group_retry_failed(name: GroupArg) -> None:
 @group_app.command("cancel", cls=CliCommand)
 def group_cancel(name: GroupArg) -> None:
     """Cancel a group's pending and assigned jobs; prints `cancelled ID` for each."""
-    with api_client() as hub:
-        cancelled = hub.cancel_group(name)
+    with api_client() as api:
+        cancelled = api.cancel_group(name)
     for job_id in cancelled:
         typer.echo(f"cancelled {job_id}")
     if not cancelled:
@@ -191,29 +192,25 @@ def _pool_line(pool: Mapping[str, Any]) -> str:
 @pool_app.command("list", cls=CliCommand)
 def pool_list(as_json: JsonOpt = False) -> None:
     """List pools: name, capacity, cost units in use, pending and running jobs."""
-    with api_client() as hub:
-        pools = hub.pools()
-    _list(pools, as_json, _pool_line)
+    _list(HubClient.pools, as_json, _pool_line)
+
+
+def _pool_fields(pool: Item) -> Rows:
+    return [
+        ("Pool", str(pool["pool"])),
+        ("Capacity", str(pool["capacity"])),
+        ("Aging", _aging(pool.get("aging_step_s"))),
+        ("In use", str(pool["in_use"])),
+        ("Pending", str(pool["pending"])),
+        ("Running", str(pool["running"])),
+        ("Jobs", _counts(pool.get("counts") or {})),
+    ]
 
 
 @pool_app.command("show", cls=CliCommand)
 def pool_show(name: PoolArg, as_json: JsonOpt = False) -> None:
     """Print a pool: its capacity, the cost units in use, its pending and running jobs."""
-    with api_client() as hub:
-        pool = hub.pool(name)
-    _show(
-        pool,
-        as_json,
-        [
-            ("Pool", str(pool["pool"])),
-            ("Capacity", str(pool["capacity"])),
-            ("Aging", _aging(pool.get("aging_step_s"))),
-            ("In use", str(pool["in_use"])),
-            ("Pending", str(pool["pending"])),
-            ("Running", str(pool["running"])),
-            ("Jobs", _counts(pool.get("counts") or {})),
-        ],
-    )
+    _show(lambda api: api.pool(name), as_json, _pool_fields)
 
 
 @pool_app.command("set", cls=CliCommand)
@@ -238,8 +235,8 @@ def pool_set(
     settings: dict[str, Any] = {} if aging_step is None else {"aging_step_s": aging_step}
     if no_aging:
         settings["aging_step_s"] = None
-    with api_client() as hub:
-        typer.echo(_pool_line(hub.set_pool_capacity(name, capacity, settings)))
+    with api_client() as api:
+        typer.echo(_pool_line(api.set_pool_capacity(name, capacity, settings)))
     exit_with(0)
 
 
@@ -258,30 +255,26 @@ def _target_line(target: Mapping[str, Any]) -> str:
 @target_app.command("list", cls=CliCommand)
 def target_list(as_json: JsonOpt = False) -> None:
     """List targets: name, open or halted (by which job), running, pending, counts."""
-    with api_client() as hub:
-        targets = hub.targets()
-    _list(targets, as_json, _target_line)
+    _list(HubClient.targets, as_json, _target_line)
+
+
+def _target_fields(target: Item) -> Rows:
+    halted: str | Text = "no"
+    if target.get("halted"):
+        halted = Text(f"yes, by {target.get('halted_by') or '—'}", style="bold red")
+    return [
+        ("Target", str(target["target"])),
+        ("Halted", halted),
+        ("Running", str(target["running"])),
+        ("Pending", str(target["pending"])),
+        ("Jobs", _counts(target.get("counts") or {})),
+    ]
 
 
 @target_app.command("show", cls=CliCommand)
 def target_show(name: TargetArg, as_json: JsonOpt = False) -> None:
     """Print a target: halted or not (and by which job), its running and pending jobs."""
-    with api_client() as hub:
-        target = hub.target(name)
-    halted: str | Text = "no"
-    if target.get("halted"):
-        halted = Text(f"yes, by {target.get('halted_by') or '—'}", style="bold red")
-    _show(
-        target,
-        as_json,
-        [
-            ("Target", str(target["target"])),
-            ("Halted", halted),
-            ("Running", str(target["running"])),
-            ("Pending", str(target["pending"])),
-            ("Jobs", _counts(target.get("counts") or {})),
-        ],
-    )
+    _show(lambda api: api.target(name), as_json, _target_fields)
 
 
 @target_app.command("resume", cls=CliCommand)
@@ -292,12 +285,12 @@ def target_resume(
     ] = False,
 ) -> None:
     """Resume a halted target: its halting job runs again first (or is skipped)."""
-    with api_client() as hub:
+    with api_client() as api:
         # Read first: the answer to a retry still names the halting job (the halt lifts
         # once that job asks again), so only this says whether there was one.
-        halted_by = hub.target(name).get("halted_by")
+        halted_by = api.target(name).get("halted_by")
         try:
-            hub.resume_target(name, "skip" if skip else "retry")
+            api.resume_target(name, "skip" if skip else "retry")
         except HubError as err:
             if err.status == 409 and not skip:  # the halting job can no longer run again
                 fail(f"{err} (jobforge target resume {name} --skip)")

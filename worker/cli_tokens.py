@@ -9,21 +9,17 @@ from typing import Annotated
 import typer
 
 from worker.cli_common import (
-    EXIT_CODES,
     CliCommand,
-    CliGroup,
     JsonOpt,
     api_client,
     exit_with,
     print_json,
+    sub_app,
 )
 from workflows.token_models import ROLES, Role
 
-token_app = typer.Typer(
-    cls=CliGroup,
-    no_args_is_help=True,
-    help="API tokens: each has a role (admin, producer, worker, reader) and maybe a tenant.",
-    epilog=EXIT_CODES,
+token_app = sub_app(
+    "API tokens: each has a role (admin, producer, worker, reader) and maybe a tenant."
 )
 
 
@@ -46,8 +42,8 @@ def token_create(
     """Create a token and print it on stdout, this once: it is not kept, only its hash.
     Use it as FORGE_INGEST_SECRET (or `Authorization: Bearer`)."""
     label = name or (f"{role}@{tenant}" if tenant else role)
-    with api_client({"name": "--name", "role": "--role", "tenant": "--tenant"}) as hub:
-        created = hub.create_token(label, role, tenant)
+    with api_client({"name": "--name", "role": "--role", "tenant": "--tenant"}) as api:
+        created = api.create_token(label, role, tenant)
     typer.echo(
         f"token {created['id']} ({created['role']}, tenant {created['tenant'] or 'none'}): "
         "shown this once, keep it now",
@@ -60,8 +56,8 @@ def token_create(
 @token_app.command("list", cls=CliCommand)
 def token_list(as_json: JsonOpt = False) -> None:
     """List tokens: id, role, tenant, name, created, last used (never a secret)."""
-    with api_client() as hub:
-        tokens = hub.tokens()
+    with api_client() as api:
+        tokens = api.tokens()
     if as_json:
         print_json(tokens)
         exit_with(0)
@@ -79,7 +75,7 @@ def token_revoke(
     token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id.")],
 ) -> None:
     """Revoke a token: every API replica refuses it within 5 s."""
-    with api_client() as hub:
-        hub.revoke_token(token_id)
+    with api_client() as api:
+        api.revoke_token(token_id)
     typer.echo(f"revoked {token_id}")
     exit_with(0)

@@ -1,4 +1,6 @@
-"""The CLI's client of the jobforge REST API (the "hub"): settings, calls, the event stream.
+"""The CLI's client of the jobforge API: settings, calls, the event stream.
+
+"Hub" in its names is the 000 contract's word for the API: its address is `HUB_URL`.
 
 Synchronous, one request at a time; every failure becomes a `HubError` whose message is
 the one line the CLI prints.
@@ -13,7 +15,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workflows.job_states import count_kind
@@ -51,12 +53,17 @@ def replayable(method: str, headers: Mapping[str, str] | None) -> bool:
 
 
 class HubSettings(BaseSettings):
-    """Where the API is and the bearer token for it (env HUB_URL, FORGE_INGEST_SECRET)."""
+    """Where the API is and the bearer token for it (env HUB_URL, FORGE_INGEST_SECRET;
+    JOBFORGE_URL and JOBFORGE_TOKEN are read where those are unset)."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    url: str = Field(default="http://127.0.0.1:8000", validation_alias="HUB_URL")
-    secret: str = Field(default="", validation_alias="FORGE_INGEST_SECRET")
+    url: str = Field(
+        default="http://127.0.0.1:8000", validation_alias=AliasChoices("HUB_URL", "JOBFORGE_URL")
+    )
+    secret: str = Field(
+        default="", validation_alias=AliasChoices("FORGE_INGEST_SECRET", "JOBFORGE_TOKEN")
+    )
 
     @property
     def base_url(self) -> str:

@@ -55,7 +55,7 @@ from worker.runforge import (
 )
 
 EXIT_CODES = (
-    "Exit codes: 0 done; 1 failed (a bad option or value, the hub refused or could not "
+    "Exit codes: 0 done; 1 failed (a bad option or value, the API refused or could not "
     "be reached); 5 canceled (cancel-group, or interrupted); 6 an invalid sweep plan."
 )
 
@@ -137,7 +137,7 @@ def daemon(
     command = runforge.run_command
     if not command.strip():
         fail("RUNFORGE_RUN_COMMAND is not set: the command each run starts")
-    with settings_or_exit("hub"):
+    with settings_or_exit("API"):
         hub = HubSettings()
     logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -10,12 +10,11 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
-from prometheus_client import Counter, Gauge
 
-from api import visibility
+from api import visibility_queries
 from api.deps import Services
-from api.job_views import TtlCache
 from api.metrics_registry import Metrics
+from api.ttl_cache import TtlCache
 from workflows.contract_states import names, statuses_counted
 from workflows.job_states import CLAIMED, JobStatus, kinds_of
 from workflows.search_attributes import job_filter
@@ -33,28 +32,23 @@ class QueueMetrics:
     the oldest-start search and the groups' (cached) views, cached METRICS_CACHE_MS."""
 
     def __init__(self, metrics: Metrics, pool: str, services: Callable[[], Services]) -> None:
-        r = metrics.registry
         self._pool = pool
         self._services = services
-        self.queue = Gauge(
-            "jobforge_001_queue_jobs", "Job intents by state (001)", ["state"], registry=r
+        self.queue = metrics.gauge(
+            "jobforge_001_queue_jobs", "Job intents by state (001)", ["state"]
         )
-        self.oldest = Gauge(
-            "jobforge_001_oldest_queued_age_seconds",
-            "Age of the oldest queued job intent (001)",
-            registry=r,
+        self.oldest = metrics.gauge(
+            "jobforge_001_oldest_queued_age_seconds", "Age of the oldest queued job intent (001)"
         )
-        self.addon = Gauge(
+        self.addon = metrics.gauge(
             "jobforge_001_addon_jobs",
             "Queued and running job intents per addon (001)",
             ["addon_id", "state"],
-            registry=r,
         )
-        self.decisions = Counter(
+        self.decisions = metrics.counter(
             "jobforge_001_admission_decisions",
             "Submits by decision: queued, approved or denied (admission-only), with reason",
             ["decision", "reason"],
-            registry=r,
         )
         self._cache: TtlCache | None = None
         metrics.add_refresher(self.refresh)
@@ -83,7 +77,9 @@ class QueueMetrics:
         client = services.client
         found = await asyncio.gather(
             *(
-                visibility.count(client, job_filter(statuses=kinds_of(kept), pool=self._pool))
+                visibility_queries.count(
+                    client, job_filter(statuses=kinds_of(kept), pool=self._pool)
+                )
                 for kept in METRIC_STATES.values()
             )
         )
@@ -91,7 +87,7 @@ class QueueMetrics:
 
     async def _oldest(self, services: Services) -> float:
         query = job_filter(JobStatus.PENDING.value, pool=self._pool)
-        started = await visibility.oldest_start(services.client, query)
+        started = await visibility_queries.oldest_start(services.client, query)
         return 0.0 if started is None else max(time.time() - started, 0.0)
 
 

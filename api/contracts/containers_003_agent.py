@@ -110,14 +110,8 @@ async def next_job(
     return Payload.of(claimed)
 
 
-@router.post(
-    "/api/agent/job-status",
-    response_model=SimulationReported,
-    responses={
-        404: {"description": "No such job"},
-        409: {"description": "Not a valid transition, or not this worker's job"},
-    },
-)
+# Its 404 and 409 are documented with the other designs' in api/openapi.py.
+@router.post("/api/agent/job-status", response_model=SimulationReported)
 async def job_status(
     body: JobStatusIn,
     jobs: JobsDep,

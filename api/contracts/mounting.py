@@ -18,7 +18,7 @@ from api.deps import Services, require_token
 from api.metrics_registry import Metrics
 from api.tenancy import tenantless_design
 
-# Each design's routers; 000 is the hub's own routes (api/routes/), always on, and 002 is
+# Each design's routers; 000 is the API's own routes (api/routes/), always on, and 002 is
 # a CLI (worker/runforge_cli.py). Only 004 has tenants: a tenant's caller reaches none of
 # the others' routes.
 ROUTERS: dict[str, tuple[APIRouter, ...]] = {

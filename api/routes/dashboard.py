@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from api import access
 from api.auth import PrincipalDep
 from api.deps import Authorized, ClientDep, ConfigDep, ScopeDep, ViewsDep
-from api.job_views import AuditPage, JobPage, PageFilter, audit
+from api.job_visibility_reads import AuditPage, JobPage, PageFilter, audit
 from api.routes.jobs import (
     GroupFilter,
     IdPrefixFilter,

@@ -914,17 +914,18 @@ function progressBar(job) {
   );
 }
 
-async function stopJob(id) {
-  const button = $("#stop-button");
-  if (button) button.disabled = true;
+// The Stop and Retry buttons: one call on the open job, its answer kept in `state[key]`
+// ({id, status, text, error}) and shown under the detail.
+async function jobAction(id, { button, path, key, accepted, refused }) {
+  const control = $(button);
+  if (control) control.disabled = true;
   await guard(async () => {
-    const response = await api(`/api/jobs/${encodeURIComponent(id)}/stop`, { method: "POST" });
+    const response = await api(path, { method: "POST" });
     if (response.ok) {
       const status = statusLabel(await response.json());
-      state.stopMessage = { id, status, text: `Stop accepted: ${status}.`, error: false };
+      state[key] = { id, status, text: `${accepted}: ${status}.`, error: false };
     } else {
-      state.stopMessage = { id, status: "", text: `Not stopped: ${await errorText(response)}`,
-                            error: true };
+      state[key] = { id, status: "", text: `${refused}: ${await errorText(response)}`, error: true };
     }
     if (state.detail && state.detail.id === id && state.selected === id) renderDetail(state.detail);
     await loadDetail(id);
@@ -932,23 +933,15 @@ async function stopJob(id) {
   refreshSoon();
 }
 
-async function retryJob(id) {
-  const button = $("#retry-button");
-  if (button) button.disabled = true;
-  await guard(async () => {
-    const response = await api(`/api/ops/jobs/${encodeURIComponent(id)}/requeue`,
-                               { method: "POST" });
-    if (response.ok) {
-      const status = statusLabel(await response.json());
-      state.retryMessage = { id, status, text: `Retry accepted: ${status}.`, error: false };
-    } else {
-      state.retryMessage = { id, status: "", text: `Not retried: ${await errorText(response)}`,
-                             error: true };
-    }
-    if (state.detail && state.detail.id === id && state.selected === id) renderDetail(state.detail);
-    await loadDetail(id);
-  });
-  refreshSoon();
+function stopJob(id) {
+  return jobAction(id, { button: "#stop-button", path: `/api/jobs/${encodeURIComponent(id)}/stop`,
+                         key: "stopMessage", accepted: "Stop accepted", refused: "Not stopped" });
+}
+
+function retryJob(id) {
+  return jobAction(id, { button: "#retry-button",
+                         path: `/api/ops/jobs/${encodeURIComponent(id)}/requeue`,
+                         key: "retryMessage", accepted: "Retry accepted", refused: "Not retried" });
 }
 
 // ---------------------------------------------------------------- the log view

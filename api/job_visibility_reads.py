@@ -1,27 +1,29 @@
-"""Reads for dashboards and metrics, from visibility only: counts, pages of summaries,
-the oldest pending job. Nothing here lists every job."""
+"""Job summaries, counts, the oldest pending age and the audit, from visibility alone.
+
+Reads only, for the dashboard and the metrics: search attributes and memos, never a full
+job (that is `job_service` and `job_history_reads`), on the listings and counts of
+`visibility_queries`. Nothing here lists every job.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, TypeAdapter
 from temporalio.client import Client
 
-from api import visibility
-from engine.clock import now_ms
+from api import visibility_queries
+from api.ttl_cache import TtlCache
 from workflows.gate_models import GateChange, GateView
 from workflows.job_states import COUNT_KINDS, CountKind, JobStatus
 from workflows.models import EventsMemo, JobSummary, gate_tenant
 from workflows.names import EVENTS_MEMO, GATE_CHANGES_MEMO, GATE_MEMO, GATE_WORKFLOW
 from workflows.search_attributes import EVERY_TENANT, job_filter
 
-T = TypeVar("T")
 log = logging.getLogger("jobforge.views")
 
 
@@ -62,7 +64,7 @@ async def count_kinds(
     kinds = tuple(kinds)
     counts = await asyncio.gather(
         *(
-            visibility.count(
+            visibility_queries.count(
                 client,
                 job_filter(kind, job_type, group=group, pool=pool, target=target, tenant=tenant),
             )
@@ -72,79 +74,13 @@ async def count_kinds(
     return dict(zip(kinds, counts, strict=True))
 
 
-class TtlCache:
-    """Answers kept for a short time, one computation in flight per key: N callers
-    within the time cost one set of visibility calls.
-
-    Stale while revalidating: past its time, a kept answer is still given at once while
-    one refresh runs behind it, so a caller never waits on a count that grows with the
-    job count (at 100,000 jobs on SQLite visibility one set of counts took 0.34 s,
-    bench.list_at_scale).
-    An answer more than STALE_MAX times its time old is not given: the caller waits
-    for the refresh (and sees its error, if Temporal is down)."""
-
-    STALE_MAX = 10
-
-    def __init__(self, ttl_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self._ttl_s = ttl_ms / 1000
-        self._clock = clock
-        # key → (fresh until, on the clock; value; computed at, epoch ms)
-        self._values: dict[str, tuple[float, Any, int]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._refreshing: dict[str, asyncio.Task[Any]] = {}
-
-    async def get(self, key: str, compute: Callable[[], Awaitable[T]]) -> T:
-        """The kept value of `key`, or `compute()`'s (then kept)."""
-        value, _ = await self.get_timed(key, compute)
-        return value
-
-    async def get_timed(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, int]:
-        """The kept value of `key` (or `compute()`'s), and when it was computed (epoch
-        ms): a reader that saw a change after that time reads again."""
-        if self._ttl_s <= 0:
-            return await compute(), now_ms()
-        hit = self._values.get(key)
-        now = self._clock()
-        if hit is not None and now < hit[0]:
-            return hit[1], hit[2]
-        if hit is not None and now < hit[0] + self._ttl_s * self.STALE_MAX:
-            if key not in self._refreshing:
-                task = asyncio.create_task(self._refresh_behind(key, compute))
-                self._refreshing[key] = task
-                task.add_done_callback(lambda _: self._refreshing.pop(key, None))
-            return hit[1], hit[2]
-        return await self._refresh(key, compute)
-
-    async def settled(self) -> None:
-        """Wait for the refreshes running behind stale answers."""
-        await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
-
-    async def _refresh(self, key: str, compute: Callable[[], Awaitable[T]]) -> tuple[T, int]:
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            hit = self._values.get(key)
-            if hit is not None and self._clock() < hit[0]:
-                return hit[1], hit[2]  # refreshed while this waited for the lock
-            computed_at = now_ms()
-            value = await compute()
-            self._values[key] = (self._clock() + self._ttl_s, value, computed_at)
-            return value, computed_at
-
-    async def _refresh_behind(self, key: str, compute: Callable[[], Awaitable[T]]) -> None:
-        """A refresh nobody waits for: a failure keeps the old answer, and the next
-        caller tries again."""
-        try:
-            await self._refresh(key, compute)
-        except Exception as err:
-            log.warning("refresh of %s failed: %s", key, err)
-
-
 class JobViews:
     """The dashboard's and the metrics' reads, from visibility only, bound to one client
     and page secret; counts and the oldest pending age are cached `METRICS_CACHE_MS`."""
 
     def __init__(self, client: Client, secret: str, cache_ms: int) -> None:
         self._client = client
-        self._tokens = visibility.PageTokens(secret)
+        self._tokens = visibility_queries.PageTokens(secret)
         self._cache = TtlCache(cache_ms)
         self.cache_ms = cache_ms
 
@@ -174,9 +110,11 @@ class JobViews:
             tenant=tenant,
         )
         token = self._tokens.open(query, page_token) if page_token else None
-        rows, after = await visibility.recent_infos(self._client, query, limit=limit, token=token)
+        rows, after = await visibility_queries.recent_infos(
+            self._client, query, limit=limit, token=token
+        )
         # Only the id and the memo of each row are read.
-        found = await visibility.memos(self._client, rows, EVENTS_MEMO, EventsMemo)
+        found = await visibility_queries.memos(self._client, rows, EVENTS_MEMO, EventsMemo)
         jobs = [JobSummary.of(job_id, memo) for job_id, memo in found]
         return JobPage(
             jobs=jobs, next_page_token=self._tokens.seal(query, after) if after else None
@@ -209,7 +147,7 @@ class JobViews:
 
     async def _oldest_pending_age_s(self, tenant: str | None) -> float:
         query = job_filter(JobStatus.PENDING, tenant=tenant)
-        started = await visibility.oldest_start(self._client, query)
+        started = await visibility_queries.oldest_start(self._client, query)
         return 0.0 if started is None else max(time.time() - started, 0.0)
 
 
@@ -266,7 +204,7 @@ async def audit(client: Client, limit: int, tenant: str | None = EVERY_TENANT) -
     query = job_filter(tenant=tenant)
     listed = await asyncio.gather(
         *(
-            visibility.recent(client, f"{query} AND {part}", offset=0, limit=limit)
+            visibility_queries.recent(client, f"{query} AND {part}", offset=0, limit=limit)
             for part in (_CLOSED, _OPEN)
         )
     )
@@ -310,7 +248,7 @@ async def _gate_audit(
     """The operator changes kept in the memos of `limit` running gates (one listing), and
     how many gates were read; a tenant's caller reads only its tenant's gates
     (`<tenant>/<name>`)."""
-    rows = await visibility.recent(client, _GATES, offset=0, limit=limit)
+    rows = await visibility_queries.recent(client, _GATES, offset=0, limit=limit)
     entries: list[AuditEntry] = []
     read = 0
     for execution in rows.executions:

@@ -1,4 +1,4 @@
-"""Ordered reads from visibility (api/visibility.py) against the real dev server.
+"""Ordered reads from visibility (api/visibility_queries.py) against the real dev server.
 
 The executions are workflows of a fresh type that no worker runs: visibility records
 them with the search attributes they start with, which is all these reads look at.
@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from api import visibility
+from api import visibility_queries
 from tests.conftest import wait_until_async
 from worker.devserver import DevServer
 from workflows import search_attributes
@@ -64,7 +64,7 @@ async def start_probe(client: Client, priorities: list[int]) -> Probe:
     query = f"WorkflowType = '{kind}'"
 
     async def all_visible() -> bool:
-        return await visibility.count(client, query) == len(ids)
+        return await visibility_queries.count(client, query) == len(ids)
 
     await wait_until_async(all_visible, what="every probe visible")
     return Probe(client, query, ids, priorities)
@@ -91,10 +91,10 @@ async def ids_by_priority(
     limit: int,
     *,
     backlog: bool = False,
-    cutoffs: visibility.Cutoffs | None = None,
+    cutoffs: visibility_queries.Cutoffs | None = None,
     query: str | None = None,
 ) -> list[str]:
-    rows = await visibility.by_priority(
+    rows = await visibility_queries.by_priority(
         probe.client,
         query or probe.query,
         offset=offset,
@@ -119,11 +119,11 @@ async def test_priority_order_spans_buckets_values_and_pages(
     for offset in range(0, len(expected), 3):
         page = await ids_by_priority(probe, offset, 3, backlog=backlog)
         assert page == expected[offset : offset + 3]
-    rows = await visibility.by_priority(
+    rows = await visibility_queries.by_priority(
         client, probe.query, offset=len(expected) - 2, limit=2, thresholds=THRESHOLDS
     )
     assert rows.next_offset is None
-    rows = await visibility.by_priority(
+    rows = await visibility_queries.by_priority(
         client, probe.query, offset=0, limit=2, thresholds=THRESHOLDS
     )
     assert rows.next_offset == 2
@@ -132,8 +132,8 @@ async def test_priority_order_spans_buckets_values_and_pages(
 async def test_a_priority_larger_than_a_small_group_is_narrowed_by_start_time(
     client: Client, probes: list[Probe], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(visibility, "SMALL_GROUP", 4)
-    monkeypatch.setattr(visibility, "SLACK", 2)
+    monkeypatch.setattr(visibility_queries, "SMALL_GROUP", 4)
+    monkeypatch.setattr(visibility_queries, "SLACK", 2)
     probe = await start_probe(client, [0] * 30 + [3, 3])
     probes.append(probe)
     expected = probe.by_priority()
@@ -144,7 +144,7 @@ async def test_a_priority_larger_than_a_small_group_is_narrowed_by_start_time(
 
     # A start time that narrowed a page is kept and used again while still right; once
     # the oldest rows have left the query (jobs taken), it is found anew.
-    cutoffs = visibility.Cutoffs()
+    cutoffs = visibility_queries.Cutoffs()
     running = f"{probe.query} AND ExecutionStatus = 'Running'"
     for _ in range(2):
         page = await ids_by_priority(probe, 2, 5, cutoffs=cutoffs, query=running)
@@ -154,7 +154,7 @@ async def test_a_priority_larger_than_a_small_group_is_narrowed_by_start_time(
         await client.get_workflow_handle(workflow_id).terminate()
 
     async def gone() -> bool:
-        return await visibility.count(client, running) == len(expected) - len(taken)
+        return await visibility_queries.count(client, running) == len(expected) - len(taken)
 
     await wait_until_async(gone, what="the taken rows closed")
     left = [workflow_id for workflow_id in expected if workflow_id not in taken]
@@ -164,15 +164,17 @@ async def test_a_priority_larger_than_a_small_group_is_narrowed_by_start_time(
 async def test_recent_order_pages_with_offsets_and_tokens(
     client: Client, probes: list[Probe], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(visibility, "MAX_PAGE", 3)  # several pages per read
+    monkeypatch.setattr(visibility_queries, "MAX_PAGE", 3)  # several pages per read
     probe = await start_probe(client, [0] * 8)
     probes.append(probe)
     newest_first = probe.ids[::-1]
 
-    first = await visibility.recent(client, probe.query, offset=2, limit=4)
+    first = await visibility_queries.recent(client, probe.query, offset=2, limit=4)
     assert [e.id for e in first.executions] == newest_first[2:6]
     assert first.next_token is not None
-    rest = await visibility.recent(client, probe.query, offset=0, limit=10, token=first.next_token)
+    rest = await visibility_queries.recent(
+        client, probe.query, offset=0, limit=10, token=first.next_token
+    )
     assert [e.id for e in rest.executions] == newest_first[6:]
     assert rest.next_token is None
 
@@ -182,15 +184,15 @@ async def test_the_oldest_start_is_found_to_a_second(client: Client, probes: lis
     probe = await start_probe(client, [0, 0, 0])
     probes.append(probe)
 
-    oldest = await visibility.oldest_start(client, probe.query)
+    oldest = await visibility_queries.oldest_start(client, probe.query)
 
     assert oldest is not None
     assert before - 1.5 <= oldest <= time.time() + 1.5
-    assert await visibility.oldest_start(client, "WorkflowType = 'no-such-type'") is None
+    assert await visibility_queries.oldest_start(client, "WorkflowType = 'no-such-type'") is None
 
 
 def test_a_page_token_is_taken_back_only_for_its_own_query() -> None:
-    tokens = visibility.PageTokens("secret")
+    tokens = visibility_queries.PageTokens("secret")
     sealed = tokens.seal("query a", b"temporal-token")
 
     assert tokens.open("query a", sealed) == b"temporal-token"
@@ -206,7 +208,7 @@ def test_a_page_token_is_taken_back_only_for_its_own_query() -> None:
 def test_a_priority_range_splits_into_disjoint_parts_that_cover_it_highest_first(
     low: int, high: int
 ) -> None:
-    parts = visibility._split(low, high, visibility.FANOUT)
+    parts = visibility_queries._split(low, high, visibility_queries.FANOUT)
 
     assert parts == sorted(parts, reverse=True)
     assert parts[0][1] == high
@@ -216,5 +218,5 @@ def test_a_priority_range_splits_into_disjoint_parts_that_cover_it_highest_first
 
 
 def test_a_bucket_open_towards_the_limits_isolates_its_threshold_in_one_round() -> None:
-    assert (10, 10) in visibility._split(10, 1_000_000, visibility.FANOUT)
-    assert (-10, -10) in visibility._split(-1_000_000, -10, visibility.FANOUT)
+    assert (10, 10) in visibility_queries._split(10, 1_000_000, visibility_queries.FANOUT)
+    assert (-10, -10) in visibility_queries._split(-1_000_000, -10, visibility_queries.FANOUT)

@@ -1,4 +1,4 @@
-"""A page of jobs reads each job as `GET /api/jobs/{id}` does (api/job_reads.py), and
+"""A page of jobs reads each job as `GET /api/jobs/{id}` does (api/job_history_reads.py), and
 reads a waiting or completed job without its workflow: a page of them answers with no
 workflow worker up."""
 

@@ -1,4 +1,8 @@
-"""Jobs of a listing read in full at the cost of their page, without replaying them.
+"""Full jobs of a listed page read from their Temporal history, not by a workflow query.
+
+Reads only: `job_service` lists with it and asks the workflow for the rest;
+`job_visibility_reads` never reads a full job. Jobs of a listing are read in full at the
+cost of their page, without replaying them.
 
 A job query replays the job's workflow on a worker when the worker no longer holds it:
 every job that waits long (pending jobs of a busy type) or has closed. A page of such

@@ -1,4 +1,8 @@
-"""Ordered reads from Temporal visibility that cost O(page), never O(jobs).
+"""Visibility listings in an order (recent, priority), counts, memos and page tokens.
+
+The primitives under every job read (`job_service`, `job_visibility_reads`, and bulk,
+gate and stats reads): each costs O(page), never O(jobs), and knows executions and
+their search attributes, not the `Job` model.
 
 SQL visibility (the dev server's SQLite, PostgreSQL, MySQL) has no ORDER BY: a listing
 comes in its own order, open executions first (newest started first), then closed ones
