@@ -362,11 +362,12 @@ class JobSpec(BaseModel):
             raise ValueError("reject takes no earliest_start_at (it answers now)")
         return value
 
-    @field_validator("require_host_wait_ms")
+    @field_validator("require_host_wait_ms", "preferred_host_wait_ms")
     @classmethod
-    def _require_wait_needs_host(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if value is not None and info.data.get("require_host") is None:
-            raise ValueError("needs require_host (it bounds the wait for that host)")
+    def _wait_needs_its_host(cls, value: int | None, info: ValidationInfo) -> int | None:
+        host = (info.field_name or "").removesuffix("_wait_ms")
+        if value is not None and info.data.get(host) is None:
+            raise ValueError(f"needs {host} (it bounds the wait for that host)")
         return value
 
     @field_validator("preferred_host")
@@ -374,13 +375,6 @@ class JobSpec(BaseModel):
     def _one_host_field(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and info.data.get("require_host") is not None:
             raise ValueError("give require_host or preferred_host, not both")
-        return value
-
-    @field_validator("preferred_host_wait_ms")
-    @classmethod
-    def _preferred_wait_needs_host(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if value is not None and info.data.get("preferred_host") is None:
-            raise ValueError("needs preferred_host (it bounds the wait for that host)")
         return value
 
     @property
