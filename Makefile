@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint bench faults clean debian-tools
+.PHONY: dev test lint bench faults coverage clean debian-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -43,6 +43,15 @@ lint: $(STAMP)
 faults: $(STAMP)
 	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_scheduling.py tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py tests/test_faults_tenants.py
 
+# The whole suite with line coverage, the processes it starts included (slower than
+# `make test`): a summary per package, then `coverage html` for the lines.
+coverage: $(STAMP) debian-tools
+	rm -rf .coverage-data
+	$(BIN)/coverage run -m pytest -q -n 3 --dist worksteal
+	$(BIN)/coverage combine -q
+	$(BIN)/coverage report --format=total
+	$(BIN)/coverage report | awk 'NR<=2 || /TOTAL/' ; for pkg in workflows activities api engine worker; do $(BIN)/coverage report --include="$$pkg/*" --format=total | sed "s|^|$$pkg: |;s|$$|%|"; done
+
 # The main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
 bench: $(STAMP)
 	$(BIN)/python -m bench.throughput --jobs 1000
@@ -53,4 +62,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.container_overhead
 
 clean:
-	rm -rf $(VENV) .jobforge .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .jobforge .pytest_cache .mypy_cache .ruff_cache .coverage-data
