@@ -71,6 +71,9 @@ MAX_POLLS_PER_QUEUE = 4
 HOLD_S = 1.0
 # How long a claim waits for the job's workflow to answer before it hands the task back.
 CLAIM_UPDATE_TIMEOUT = timedelta(seconds=10)
+# A claim that took more than this share of the attempt's heartbeat timeout (a busy
+# workflow worker) heartbeats the attempt before it answers.
+SLOW_CLAIM_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class Delivery:
 
     pump: QueuePump
     task: PollActivityTaskQueueResponse
+    # When the poll got the task (monotonic s): the attempt's heartbeat timeout runs
+    # from then.
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -182,7 +188,7 @@ class Bridge:
             if gone is not None and await gone():
                 self._deliver(delivery)
                 return None
-            claimed = await self._hand_over(worker_id, delivery.task, host or worker_id)
+            claimed = await self._hand_over(worker_id, delivery, host or worker_id)
             if claimed is not None:
                 return claimed
 
@@ -294,9 +300,7 @@ class Bridge:
                 ApplicationError("no claimer took the task", type=ErrorType.CLAIM_ABANDONED)
             )
 
-    async def _hand_over(
-        self, worker_id: str, task: PollActivityTaskQueueResponse, host: str
-    ) -> ClaimedJob | None:
+    async def _hand_over(self, worker_id: str, delivery: Delivery, host: str) -> ClaimedJob | None:
         """Record the claim in the job's workflow; None if the job no longer wants it.
 
         One update, which answers with the job as the claim left it: no read before it,
@@ -304,6 +308,7 @@ class Bridge:
         refuses (a pause recalled the attempt, the job was cancelled), hands the task
         back as `claim_abandoned`, which the job does not count.
         """
+        task = delivery.task
         (inp,) = await self._client.data_converter.decode(task.input.payloads, [AttemptInput])
         assert isinstance(inp, AttemptInput)
         report = AttemptReport(
@@ -334,11 +339,24 @@ class Bridge:
         if job is None:
             await self._abandon(task)
             return None
-        return ClaimedJob.of(
-            job,
-            inp,
-            heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
-        )
+        timeout_ms = int(task.heartbeat_timeout.ToMilliseconds()) or 60_000
+        if (time.monotonic() - delivery.at) * 1000 > timeout_ms * SLOW_CLAIM_SHARE:
+            beat_at = now_ms()
+            if await self._restart_heartbeat_clock(task):
+                job = job.model_copy(update={"heartbeat_at": beat_at})  # the lease it has
+        return ClaimedJob.of(job, inp, heartbeat_timeout_ms=timeout_ms)
+
+    async def _restart_heartbeat_clock(self, task: PollActivityTaskQueueResponse) -> bool:
+        """Heartbeat a just-claimed attempt: its heartbeat timeout ran while the claim
+        waited for the workflow, and the claimer gets the whole of it from its answer,
+        as a native worker has from its attempt's start. Best effort: an attempt that
+        ended meanwhile (cancelled, say) is the claimer's first heartbeat's to learn."""
+        handle = self._client.get_async_activity_handle(task_token=task.task_token)
+        try:
+            await handle.heartbeat()
+        except (RPCError, AsyncActivityCancelledError):
+            return False
+        return True
 
     # -- heartbeat, result, fail ------------------------------------------------------
 
