@@ -88,6 +88,28 @@ class Delivery:
 
 
 @dataclass
+class ClaimTiming:
+    """Where one claim's time went (monotonic s): its `Server-Timing` header."""
+
+    began: float = field(default_factory=time.monotonic)
+    task: float | None = None  # the poll got the task the claim took
+    sent: float | None = None  # the claim update was sent
+    answered: float | None = None  # the job's workflow answered it
+
+    def header(self) -> str:
+        """`wait` for a task, `prepare` the claim (hand-off, decode), the `claim`
+        update's round trip, and the `answer` built: `name;dur=<ms>` each."""
+        now = time.monotonic()
+        marks = [("wait", self.began, self.task), ("prepare", self.task, self.sent)]
+        marks += [("claim", self.sent, self.answered), ("answer", self.answered, now)]
+        return ", ".join(
+            f"{name};dur={(end - start) * 1000:.1f}"
+            for name, start, end in marks
+            if start is not None and end is not None
+        )
+
+
+@dataclass
 class Claimer:
     """A claimer waiting for a task on one or more queues."""
 
@@ -161,6 +183,7 @@ class Bridge:
         urls: bool = False,
         solver_types: list[str] | None = None,
         tenant: str | None = None,
+        timing: ClaimTiming | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
@@ -173,8 +196,10 @@ class Bridge:
         claim takes its types' other jobs only). `solver_types`: jobs that name none
         come only of these types; None: of every type claimed. `tenant`: the claimer's
         (its scope's); it polls that tenant's queues only, and without one, the queues
-        of jobs without a tenant (docs/architecture.md, "Tenants").
+        of jobs without a tenant (docs/architecture.md, "Tenants"). `timing`: filled in
+        with where the claim's time went.
         """
+        timing = timing or ClaimTiming()
         hosts = self.hosts_of(worker_id, host)
         deadline = time.monotonic() + wait_s
         while True:
@@ -188,7 +213,8 @@ class Bridge:
             if gone is not None and await gone():
                 self._deliver(delivery)
                 return None
-            claimed = await self._hand_over(worker_id, delivery, host or worker_id)
+            timing.task = delivery.at
+            claimed = await self._hand_over(worker_id, delivery, host or worker_id, timing)
             if claimed is not None:
                 return claimed
 
@@ -300,7 +326,9 @@ class Bridge:
                 ApplicationError("no claimer took the task", type=ErrorType.CLAIM_ABANDONED)
             )
 
-    async def _hand_over(self, worker_id: str, delivery: Delivery, host: str) -> ClaimedJob | None:
+    async def _hand_over(
+        self, worker_id: str, delivery: Delivery, host: str, timing: ClaimTiming
+    ) -> ClaimedJob | None:
         """Record the claim in the job's workflow; None if the job no longer wants it.
 
         One update, which answers with the job as the claim left it: no read before it,
@@ -319,6 +347,7 @@ class Bridge:
             host=host,
         )
         workflow = self._client.get_workflow_handle(inp.job_id)
+        timing.sent = time.monotonic()
         try:
             job = await workflow.execute_update(
                 CLAIM_JOB_UPDATE,
@@ -336,6 +365,7 @@ class Bridge:
             if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
                 raise TemporalUnavailable("no worker answered the claim") from err
             raise
+        timing.answered = time.monotonic()
         if job is None:
             await self._abandon(task)
             return None

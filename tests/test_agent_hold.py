@@ -18,7 +18,7 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.api.workflowservice.v1 import PollActivityTaskQueueResponse
 from temporalio.client import Client
 
-from api.agent_bridge import Bridge, Delivery, QueuePump
+from api.agent_bridge import Bridge, ClaimTiming, Delivery, QueuePump
 from api.job_service import JobService
 from engine.connection import DATA_CONVERTER, TemporalSettings
 from worker.agent import Agent, AgentSettings
@@ -159,7 +159,7 @@ async def hand_over(polled_s_ago: float) -> tuple[ClaimedJob | None, FakeTempora
     )
     bridge = Bridge(cast(Client, fake), TemporalSettings(), cast(JobService, None))
     delivery = Delivery(QueuePump("q"), task, at=time.monotonic() - polled_s_ago)
-    return await bridge._hand_over("w1", delivery, "w1"), fake
+    return await bridge._hand_over("w1", delivery, "w1", ClaimTiming()), fake
 
 
 async def test_a_claim_slower_than_a_quarter_of_the_heartbeat_timeout_heartbeats_its_attempt() -> (

@@ -50,7 +50,13 @@ def test_a_claimed_job_runs_through_heartbeat_and_result_to_completed(
 ) -> None:
     job_id = hub.submit(type=job_type, params={"x": 1}, max_runtime_ms=60_000)
 
-    job = claimed(hub, "agent-a", job_type)
+    response = claim(hub, "agent-a", types=[job_type], wait=10)
+    assert response.status_code == 200, response.text
+    # Where the claim's time went: each part as `name;dur=<ms>`.
+    timing = [part.strip().split(";dur=") for part in response.headers["server-timing"].split(",")]
+    assert [name for name, _ in timing] == ["wait", "prepare", "claim", "answer"]
+    assert all(float(ms) >= 0 for _, ms in timing)
+    job = response.json()
     assert job["id"] == job_id
     assert job["status"] == "assigned"
     assert job["params"] == {"x": 1}
