@@ -71,6 +71,9 @@ MAX_POLLS_PER_QUEUE = 4
 HOLD_S = 1.0
 # How long a claim waits for the job's workflow to answer before it hands the task back.
 CLAIM_UPDATE_TIMEOUT = timedelta(seconds=10)
+# A claim that took more than this share of the attempt's heartbeat timeout (a busy
+# workflow worker) heartbeats the attempt before it answers.
+SLOW_CLAIM_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,31 @@ class Delivery:
 
     pump: QueuePump
     task: PollActivityTaskQueueResponse
+    # When the poll got the task (monotonic s): the attempt's heartbeat timeout runs
+    # from then.
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ClaimTiming:
+    """Where one claim's time went (monotonic s): its `Server-Timing` header."""
+
+    began: float = field(default_factory=time.monotonic)
+    task: float | None = None  # the poll got the task the claim took
+    sent: float | None = None  # the claim update was sent
+    answered: float | None = None  # the job's workflow answered it
+
+    def header(self) -> str:
+        """`wait` for a task, `prepare` the claim (hand-off, decode), the `claim`
+        update's round trip, and the `answer` built: `name;dur=<ms>` each."""
+        now = time.monotonic()
+        marks = [("wait", self.began, self.task), ("prepare", self.task, self.sent)]
+        marks += [("claim", self.sent, self.answered), ("answer", self.answered, now)]
+        return ", ".join(
+            f"{name};dur={(end - start) * 1000:.1f}"
+            for name, start, end in marks
+            if start is not None and end is not None
+        )
 
 
 @dataclass
@@ -155,6 +183,7 @@ class Bridge:
         urls: bool = False,
         solver_types: list[str] | None = None,
         tenant: str | None = None,
+        timing: ClaimTiming | None = None,
     ) -> ClaimedJob | None:
         """The next attempt for this worker, or None when none came within `wait_s`.
 
@@ -167,8 +196,10 @@ class Bridge:
         claim takes its types' other jobs only). `solver_types`: jobs that name none
         come only of these types; None: of every type claimed. `tenant`: the claimer's
         (its scope's); it polls that tenant's queues only, and without one, the queues
-        of jobs without a tenant (docs/architecture.md, "Tenants").
+        of jobs without a tenant (docs/architecture.md, "Tenants"). `timing`: filled in
+        with where the claim's time went.
         """
+        timing = timing or ClaimTiming()
         hosts = self.hosts_of(worker_id, host)
         deadline = time.monotonic() + wait_s
         while True:
@@ -182,7 +213,8 @@ class Bridge:
             if gone is not None and await gone():
                 self._deliver(delivery)
                 return None
-            claimed = await self._hand_over(worker_id, delivery.task, host or worker_id)
+            timing.task = delivery.at
+            claimed = await self._hand_over(worker_id, delivery, host or worker_id, timing)
             if claimed is not None:
                 return claimed
 
@@ -295,7 +327,7 @@ class Bridge:
             )
 
     async def _hand_over(
-        self, worker_id: str, task: PollActivityTaskQueueResponse, host: str
+        self, worker_id: str, delivery: Delivery, host: str, timing: ClaimTiming
     ) -> ClaimedJob | None:
         """Record the claim in the job's workflow; None if the job no longer wants it.
 
@@ -304,6 +336,7 @@ class Bridge:
         refuses (a pause recalled the attempt, the job was cancelled), hands the task
         back as `claim_abandoned`, which the job does not count.
         """
+        task = delivery.task
         (inp,) = await self._client.data_converter.decode(task.input.payloads, [AttemptInput])
         assert isinstance(inp, AttemptInput)
         report = AttemptReport(
@@ -314,6 +347,7 @@ class Bridge:
             host=host,
         )
         workflow = self._client.get_workflow_handle(inp.job_id)
+        timing.sent = time.monotonic()
         try:
             job = await workflow.execute_update(
                 CLAIM_JOB_UPDATE,
@@ -331,14 +365,28 @@ class Bridge:
             if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
                 raise TemporalUnavailable("no worker answered the claim") from err
             raise
+        timing.answered = time.monotonic()
         if job is None:
             await self._abandon(task)
             return None
-        return ClaimedJob.of(
-            job,
-            inp,
-            heartbeat_timeout_ms=int(task.heartbeat_timeout.ToMilliseconds()) or 60_000,
-        )
+        timeout_ms = int(task.heartbeat_timeout.ToMilliseconds()) or 60_000
+        if (time.monotonic() - delivery.at) * 1000 > timeout_ms * SLOW_CLAIM_SHARE:
+            beat_at = now_ms()
+            if await self._restart_heartbeat_clock(task):
+                job = job.model_copy(update={"heartbeat_at": beat_at})  # the lease it has
+        return ClaimedJob.of(job, inp, heartbeat_timeout_ms=timeout_ms)
+
+    async def _restart_heartbeat_clock(self, task: PollActivityTaskQueueResponse) -> bool:
+        """Heartbeat a just-claimed attempt: its heartbeat timeout ran while the claim
+        waited for the workflow, and the claimer gets the whole of it from its answer,
+        as a native worker has from its attempt's start. Best effort: an attempt that
+        ended meanwhile (cancelled, say) is the claimer's first heartbeat's to learn."""
+        handle = self._client.get_async_activity_handle(task_token=task.task_token)
+        try:
+            await handle.heartbeat()
+        except (RPCError, AsyncActivityCancelledError):
+            return False
+        return True
 
     # -- heartbeat, result, fail ------------------------------------------------------
 

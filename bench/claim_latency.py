@@ -29,7 +29,9 @@ already waiting when each job is submitted:
 Every latency is measured from the moment the submit call returned in the bench
 process. After the three phases, `--histories` sampled workflow histories per phase
 give a timeline (server event times, relative to WorkflowExecutionStarted) showing
-where the time goes.
+where the time goes. The agent's timeline also places the bridge's own points, counted
+back from the claim response by its `Server-Timing` (so they include the response's
+trip to the bench, under a millisecond idle), and the split's medians are printed.
 """
 
 from __future__ import annotations
@@ -82,9 +84,17 @@ class Phase:
     submit_ms: list[float] = field(default_factory=list)
     # Per job: client-side points in epoch seconds, to place on the history timeline.
     points: list[dict[str, float]] = field(default_factory=list)
+    # Per job (agent): the claim answer's Server-Timing, ms per part.
+    splits: list[dict[str, float]] = field(default_factory=list)
 
 
 Outcome = tuple[str, float, float, dict[str, float]]
+# The bridge's points, counted back from the claim response by its Server-Timing parts.
+BRIDGE_POINTS = (
+    ("answer", "bridge: claim update answered"),
+    ("claim", "bridge: claim update sent"),
+    ("prepare", "bridge: task in hand"),
+)
 
 
 async def run_sequence(
@@ -131,12 +141,12 @@ async def agent_phase(bench: Bench, client: Client, api_port: int) -> Phase:
     http = claim_client(api_port)
     claim_body = {"worker_id": "bench-agent", "types": [AGENT_TYPE], "wait": CLAIM_WAIT_S}
 
-    async def claim_once() -> tuple[dict[str, Any], float]:
+    async def claim_once() -> tuple[dict[str, Any], float, dict[str, float]]:
         while True:
             response = await http.post("/api/jobs/claim", json=claim_body)
             held = time.time()
             if response.status_code == 200:
-                return response.json(), held
+                return response.json(), held, server_timing(response)
             if response.status_code != 204:
                 raise RuntimeError(f"claim: {response.status_code} {response.text}")
 
@@ -144,7 +154,7 @@ async def agent_phase(bench: Bench, client: Client, api_port: int) -> Phase:
         claimer = asyncio.create_task(claim_once())
         await asyncio.sleep(args.gap)  # the claim is in, and the API's poll is at Temporal
         job_id, returned, took_ms = await submit(http, AGENT_TYPE, index)
-        claimed, held = await asyncio.wait_for(claimer, CLAIM_WAIT_S + 10)
+        claimed, held, split = await asyncio.wait_for(claimer, CLAIM_WAIT_S + 10)
         if claimed["id"] != job_id:
             raise RuntimeError(f"claimed {claimed['id']}, submitted {job_id}")
         response = await http.post(
@@ -154,6 +164,12 @@ async def agent_phase(bench: Bench, client: Client, api_port: int) -> Phase:
             raise RuntimeError(f"result: {response.status_code} {response.text}")
         await client.get_workflow_handle(job_id).result()
         points = {"POST returned": returned, "claim response received": held}
+        back = held
+        for part, label in BRIDGE_POINTS:
+            back -= split.get(part, 0.0) / 1000
+            points[label] = back
+        if index >= args.warmup:
+            phase.splits.append(split)
         return job_id, (held - returned) * 1000, took_ms, points
 
     with worker:
@@ -220,6 +236,29 @@ async def bare_phase(bench: Bench, client: Client) -> Phase:
 
 
 # -- where the time goes ---------------------------------------------------------------
+
+
+def server_timing(response: httpx.Response) -> dict[str, float]:
+    """A response's `Server-Timing` parts (`name;dur=<ms>`), ms by name."""
+    parts: dict[str, float] = {}
+    for part in response.headers.get("server-timing", "").split(","):
+        name, _, duration = part.strip().partition(";dur=")
+        if name and duration:
+            parts[name] = float(duration)
+    return parts
+
+
+def print_splits(phase: Phase) -> None:
+    """Medians of the claim's Server-Timing parts."""
+    if not phase.splits:
+        return
+    names = list(phase.splits[0])
+    medians = ", ".join(
+        f"{name} {statistics.median(split.get(name, 0.0) for split in phase.splits):.1f}"
+        for name in names
+    )
+    count = len(phase.splits)
+    print(f"agent claim, the bridge's Server-Timing (median ms, {count} claims): {medians}")
 
 
 def history_points(events: list[Any]) -> dict[str, float]:
@@ -297,6 +336,7 @@ async def run(bench: Bench) -> None:
     print()
     for name in PHASES:
         await timeline(client, phases[name], args.histories)
+    print_splits(phases["agent"])
     print()
     for name in PHASES:
         phase = phases[name]

@@ -253,18 +253,26 @@ class Agent:
         pump = asyncio.create_task(output.pump())
         run = asyncio.create_task(self._execute(job, on_start, progress.set, output))
         try:
-            await self._until_done(run, lost, stop)
+            try:
+                await self._until_done(run, lost, stop)
+            finally:
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump
+            # Before the report: once the job closes, a follower's stream ends. The
+            # heartbeats go on meanwhile, up to the report: the attempt is held until it
+            # is answered (a slow flush must not end it by the heartbeat timeout).
+            await output.close()
+            if lost.is_set():
+                log.info("job %s was cancelled or taken away; solver stopped", job.id)
+                return
+            await self._report(job, run)
         finally:
             if beats is not None:
                 beats.cancel()
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
-        # Before the report: once the job closes, a follower's stream ends.
-        await output.close()
-        if lost.is_set():
-            log.info("job %s was cancelled or taken away; solver stopped", job.id)
-            return
+
+    async def _report(self, job: ClaimedJob, run: asyncio.Task[AttemptResult]) -> None:
+        """Report the run's result, or its failure."""
         if run.cancelled():
             shutdown = Failure(
                 kind=ErrorType.WORKER_SHUTDOWN, message="agent stopped during the job"

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from api.agent_bridge import ClaimTiming
 from api.deps import Authorized, BridgeDep, MetricsDep, ScopeDep, WorkersDep
 from api.routes.jobs import JobId
 from workflows.job_states import JobStatus
@@ -100,6 +101,7 @@ class JobState(BaseModel):
 )
 async def claim_job(
     request: Request,
+    response: Response,
     body: ClaimRequest,
     bridge: BridgeDep,
     workers: WorkersDep,
@@ -110,8 +112,9 @@ async def claim_job(
     a job of the claimed types' shared queues (those that name a solver_url, and the
     others of `solver_types`), or one pinned to `worker_id` or `host`. A tenant's token
     (or an admin's `X-Tenant`) claims that tenant's jobs only; any other claim, jobs
-    without a tenant."""
+    without a tenant. `Server-Timing` says where the claim's time went."""
     await workers.seen(body.worker_id)
+    timing = ClaimTiming()
     claimed = await bridge.claim(
         body.worker_id,
         body.types,
@@ -122,10 +125,12 @@ async def claim_job(
         urls=True,
         solver_types=body.solver_types,
         tenant=None if scope.every else scope.tenant,
+        timing=timing,
     )
     if claimed is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     metrics.claims.inc()
+    response.headers["Server-Timing"] = timing.header()
     return claimed
 
 
