@@ -29,7 +29,7 @@ from worker.devserver import DevServer
 pytestmark = pytest.mark.usefixtures("session_worker")
 
 # How long a job is watched not to be taken (the session worker reads the type registry
-# every 100 ms and takes a task within milliseconds once it polls a queue).
+# every 250 ms and takes a task within milliseconds once it polls a queue).
 UNTOUCHED_S = 3.0
 
 
