@@ -654,10 +654,10 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Headless Debian Chromium, driven by Playwright (no downloaded browser); one for
-    the session (each test has a fresh context), as a start costs ~2 s of CPU."""
+    """Headless Debian Chromium, driven by Playwright (no downloaded browser). One per
+    module: a live sync Playwright holds an event loop that async tests cannot share."""
     expect.set_options(timeout=BROWSER_TIMEOUT_MS)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
