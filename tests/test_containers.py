@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
-from bench.harness import Proc, wait_until
-from tests.conftest import Api, Stack, base_env
+from bench.harness import Proc
+from tests.conftest import Api, Stack, base_env, wait_until
 from tests.test_stop import watch_stop
 from worker.devserver import DevServer
 

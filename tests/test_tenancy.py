@@ -21,8 +21,8 @@ from temporalio.client import Client
 
 import bench.harness as bench
 from api import access
-from bench.harness import Proc, wait_until
-from tests.conftest import SECRET, Api, Solver, base_env
+from bench.harness import Proc
+from tests.conftest import SECRET, Api, Solver, base_env, wait_until
 from tests.helpers import Collector, Sse
 from worker.devserver import DevServer
 
