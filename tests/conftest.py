@@ -344,6 +344,17 @@ def session_worker(
     )
 
 
+@pytest.fixture(scope="session")
+def quiet_api(start_api: Callable[..., Api], session_worker: Proc) -> Api:
+    """An API whose attempts go to task queues no worker polls: its jobs stay pending.
+
+    The session worker still runs the JobWorkflows (on the default workflow queue), so
+    the jobs answer queries and can be cancelled. One for the session: the tests that
+    use it submit jobs of their own types.
+    """
+    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
+
+
 @pytest.fixture
 def job_type() -> str:
     """A fresh job type, hence a fresh activity task queue, per test."""

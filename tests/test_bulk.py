@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,12 +19,6 @@ from tests.test_tenancy import bearer, create_token
 pytestmark = pytest.mark.usefixtures("session_worker")
 
 BULK = "/api/jobs/bulk"
-
-
-@pytest.fixture(scope="module")
-def quiet_api(start_api: Callable[..., Api]) -> Api:
-    """An API whose attempts go to task queues no worker polls: its jobs stay pending."""
-    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
 
 
 @pytest.fixture(scope="module")
