@@ -531,10 +531,10 @@ class StackPool:
         self.start_worker = start_worker
         self.idle: list[tuple[tuple[tuple[str, str], ...], Stack]] = []
 
-    def take(self, api_env: dict[str, str]) -> Stack:
-        """An idle stack started with `api_env`, or a new one."""
+    def take(self, api_env: dict[str, str], *, shared: bool = True) -> Stack:
+        """An idle stack started with `api_env`, or (always, unless `shared`) a new one."""
         key = tuple(sorted(api_env.items()))
-        for i, (kept, stack) in enumerate(self.idle):
+        for i, (kept, stack) in enumerate(self.idle if shared else []):
             if kept == key:
                 del self.idle[i]
                 return Stack(stack.api, stack.queues, self.start_worker, stack.procs[:2])
@@ -550,13 +550,14 @@ class StackPool:
         )
         return Stack(api, queues, self.start_worker, [api.proc, workflows])
 
-    def give_back(self, api_env: dict[str, str], stack: Stack) -> None:
-        """Stop the test's own workers; keep the stack if its API and workflow worker
-        still run."""
+    def give_back(self, api_env: dict[str, str], stack: Stack, *, keep: bool = True) -> None:
+        """Stop the test's own workers; keep the stack (if `keep`) when its API and
+        workflow worker still run."""
         shared, own = stack.procs[:2], stack.procs[2:]
         for proc in reversed(own):
             proc.stop(timeout=15)
-        if shared[0] is stack.api.proc and all(p.process.poll() is None for p in shared):
+        alive = shared[0] is stack.api.proc and all(p.process.poll() is None for p in shared)
+        if keep and alive:
             self.idle.insert(0, (tuple(sorted(api_env.items())), stack))
             for _, old in self.idle[IDLE_STACKS_KEPT:]:
                 self.stop(old)
@@ -587,17 +588,19 @@ async def stack_pool(
 def start_stack(stack_pool: StackPool) -> Iterator[Callable[..., Stack]]:
     """Factory: a Stack (API env as keyword arguments) of the test's own while it runs;
     the workers it adds stop after the test, its API and workflow worker are kept for
-    later tests with the same env unless the test stopped one of them."""
-    taken: list[tuple[dict[str, str], Stack]] = []
+    later tests with the same env unless the test stopped one of them. With
+    `shared=False`, a new stack that no other test had or will have (for a test that
+    reads what the API keeps in memory about every job it saw, say)."""
+    taken: list[tuple[dict[str, str], Stack, bool]] = []
 
-    def start(**api_env: str) -> Stack:
-        stack = stack_pool.take(api_env)
-        taken.append((api_env, stack))
+    def start(*, shared: bool = True, **api_env: str) -> Stack:
+        stack = stack_pool.take(api_env, shared=shared)
+        taken.append((api_env, stack, shared))
         return stack
 
     yield start
-    for api_env, stack in taken:
-        stack_pool.give_back(api_env, stack)
+    for api_env, stack, shared in taken:
+        stack_pool.give_back(api_env, stack, keep=shared)
 
 
 @dataclass(kw_only=True)
