@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import pytest
@@ -27,7 +27,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench import harness as bench
-from bench.harness import CHROMIUM, CHROMIUM_ARGS, Proc, wait_until
+from bench.harness import CHROMIUM, CHROMIUM_ARGS, Proc
 from engine.log_store import LogStore
 from tests.log_stores import BACKENDS, S3Server, open_store, start_s3_server
 from worker.devserver import DevServer, free_port, wait_for_port
@@ -105,21 +105,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = ordered
 
 
+T = TypeVar("T")
+
+# A wait polls every 50 ms at first, then 1.5 times less often each round, down to every
+# POLL_MAX_S. A read of a job through the API costs ~15 ms of CPU (API, worker's query,
+# dev server), so a wait at 20 reads a second used a fifth of a core for as long as it
+# lasted; a job that is there at once is still seen at once.
+POLL_FIRST_S = 0.05
+POLL_MAX_S = 0.25
+
+
+def _intervals(interval: float | None) -> Iterator[float]:
+    """The pauses between polls: `interval` each time if given, else the backoff."""
+    pause = POLL_FIRST_S if interval is None else interval
+    while True:
+        yield pause
+        if interval is None:
+            pause = min(POLL_MAX_S, pause * 1.5)
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    *,
+    timeout: float = 60.0,
+    interval: float | None = None,
+    what: str = "",
+) -> T:
+    """Poll `condition` until it returns something truthy; TimeoutError at the deadline.
+    Without `interval`, polls less often as the wait goes on (POLL_MAX_S)."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    pauses = _intervals(interval)
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(next(pauses))
+    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
+
+
 async def wait_until_async(
     condition: Callable[[], Awaitable[Any]],
     *,
     timeout: float = 30.0,
-    interval: float = 0.05,
+    interval: float | None = None,
     what: str = "",
 ) -> Any:
     """`wait_until` for an async condition (the event loop runs meanwhile)."""
     deadline = time.monotonic() + timeout
     last: Any = None
+    pauses = _intervals(interval)
     while time.monotonic() < deadline:
         last = await condition()
         if last:
             return last
-        await asyncio.sleep(interval)
+        await asyncio.sleep(next(pauses))
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
 
 
@@ -131,7 +171,10 @@ def base_env(temporal: DevServer, **extra: str) -> dict[str, str]:
         FORGE_INGEST_SECRET=SECRET,
         SOLVER_URL_SCHEMES="https,http,file",
         SOLVER_ALLOW_PRIVATE_NETWORKS="true",
-        WORKER_TYPE_POLL_MS="100",
+        # Workers without WORKER_TYPES (the session worker) read the type registry this
+        # often: a query each time, ~0.03 s of CPU a second at 100 ms for as long as the
+        # session runs, and a new type's first job waits 0.1 s longer at 250 ms.
+        WORKER_TYPE_POLL_MS="250",
         LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",
         # Job logs, shared by every API and worker of the session (as a volume would be).
@@ -219,6 +262,22 @@ def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Pr
         proc.stop(timeout=10)
 
 
+# How long an API or worker may take to be ready: a crash ends the wait at once, so only
+# a start that hangs waits this long (a busy CI box starts an API in 2 to 30 s).
+READY_S = 60.0
+
+
+@contextlib.contextmanager
+def stopped_if_not_ready(proc: Proc) -> Iterator[None]:
+    """Stop `proc` at once if waiting for it to be ready fails, rather than leaving it
+    running (and using CPU) until the session ends."""
+    try:
+        yield
+    except BaseException:
+        proc.stop(timeout=10)
+        raise
+
+
 @pytest.fixture(scope="session")
 def start_api(temporal: DevServer, spawn: Callable[..., Proc]) -> Iterator[Callable[..., Api]]:
     """Factory: an API process with extra env; it answers /healthz before returning."""
@@ -227,7 +286,8 @@ def start_api(temporal: DevServer, spawn: Callable[..., Proc]) -> Iterator[Calla
     def start(**env: str) -> Api:
         port = free_port()
         proc = spawn(["api", "--port", str(port)], base_env(temporal, **env))
-        wait_for_port(port, 30, proc.process)
+        with stopped_if_not_ready(proc):
+            wait_for_port(port, READY_S, proc.process)
         url = f"http://127.0.0.1:{port}"
         http = httpx.Client(
             base_url=url,
@@ -250,11 +310,12 @@ def start_worker(temporal: DevServer, spawn: Callable[..., Proc]) -> Callable[..
     def start(*, ready: str = "serving job type", **env: str) -> Proc:
         env.setdefault("SOLVER_CACHE_DIR", str(Path(env.get("TMPDIR", "/tmp")) / "jf-cache"))
         proc = spawn(["worker"], base_env(temporal, **env))
-        wait_until(
-            lambda: ready in proc.output() or proc.process.poll() is not None,
-            timeout=30,
-            what="worker to start",
-        )
+        with stopped_if_not_ready(proc):
+            wait_until(
+                lambda: ready in proc.output() or proc.process.poll() is not None,
+                timeout=READY_S,
+                what="worker to start",
+            )
         assert proc.process.poll() is None, proc.output()
         return proc
 
@@ -281,6 +342,17 @@ def session_worker(
         NODE_ID="session-worker",
         WORKER_SOLVERS=json.dumps({REGISTERED_TYPE: REGISTERED_SOLVER}),
     )
+
+
+@pytest.fixture(scope="session")
+def quiet_api(start_api: Callable[..., Api], session_worker: Proc) -> Api:
+    """An API whose attempts go to task queues no worker polls: its jobs stay pending.
+
+    The session worker still runs the JobWorkflows (on the default workflow queue), so
+    the jobs answer queries and can be cancelled. One for the session: the tests that
+    use it submit jobs of their own types.
+    """
+    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
 
 
 @pytest.fixture
@@ -440,35 +512,95 @@ async def _registry_on_default_queue(temporal: DevServer) -> None:
     )
 
 
-@pytest.fixture
-async def start_stack(
-    temporal: DevServer, start_api: Callable[..., Api], start_worker: Callable[..., Proc]
-) -> AsyncIterator[Callable[..., Stack]]:
-    """Factory: a Stack (API env as keyword arguments); its processes stop after the test."""
-    await _registry_on_default_queue(temporal)
-    stacks: list[Stack] = []
+# Idle stacks kept for later tests (each an API and a workflow worker, ~2.5 s CPU to
+# start and next to nothing while idle); the least recently used beyond this stop.
+IDLE_STACKS_KEPT = 3
 
-    def start(**api_env: str) -> Stack:
+
+class StackPool:
+    """Isolated stacks handed to one test at a time and kept between tests.
+
+    A stack's API and workflow worker (`procs[:2]`) are shared by the tests that ask for
+    the same API env, one after the other: its jobs' types are the tests' own, and what
+    the API keeps is namespace-wide anyway. The workers a test adds are stopped after
+    it; a stack one of whose two processes a test stopped or killed is not kept.
+    """
+
+    def __init__(self, start_api: Callable[..., Api], start_worker: Callable[..., Proc]):
+        self.start_api = start_api
+        self.start_worker = start_worker
+        self.idle: list[tuple[tuple[tuple[str, str], ...], Stack]] = []
+
+    def take(self, api_env: dict[str, str], *, shared: bool = True) -> Stack:
+        """An idle stack started with `api_env`, or (always, unless `shared`) a new one."""
+        key = tuple(sorted(api_env.items()))
+        for i, (kept, stack) in enumerate(self.idle if shared else []):
+            if kept == key:
+                del self.idle[i]
+                return Stack(stack.api, stack.queues, self.start_worker, stack.procs[:2])
         name = f"iso-{uuid.uuid4().hex[:10]}"
         queues = {"TEMPORAL_TASK_QUEUE": name, "TEMPORAL_ACTIVITY_QUEUE_PREFIX": f"{name}-"}
-        api = start_api(**queues, **api_env)
-        stack = Stack(api, queues, start_worker, [api.proc])
-        stacks.append(stack)
+        api = self.start_api(**queues, **api_env)
         # Workflows only: the one type it polls is never submitted.
-        stack.procs.append(
-            start_worker(
-                ready="ready: workflows=True",
-                WORKER_TYPES="no-such-type",
-                NODE_ID=f"{name}-workflows",
-                **queues,
-            )
+        workflows = self.start_worker(
+            ready="ready: workflows=True",
+            WORKER_TYPES="no-such-type",
+            NODE_ID=f"{name}-workflows",
+            **queues,
         )
+        return Stack(api, queues, self.start_worker, [api.proc, workflows])
+
+    def give_back(self, api_env: dict[str, str], stack: Stack, *, keep: bool = True) -> None:
+        """Stop the test's own workers; keep the stack (if `keep`) when its API and
+        workflow worker still run."""
+        shared, own = stack.procs[:2], stack.procs[2:]
+        for proc in reversed(own):
+            proc.stop(timeout=15)
+        alive = shared[0] is stack.api.proc and all(p.process.poll() is None for p in shared)
+        if keep and alive:
+            self.idle.insert(0, (tuple(sorted(api_env.items())), stack))
+            for _, old in self.idle[IDLE_STACKS_KEPT:]:
+                self.stop(old)
+            del self.idle[IDLE_STACKS_KEPT:]
+        else:
+            self.stop(stack)
+
+    @staticmethod
+    def stop(stack: Stack) -> None:
+        """Stop a stack's workflow worker, then its API."""
+        for proc in reversed(stack.procs[:2]):
+            proc.stop(timeout=15)
+
+
+@pytest.fixture(scope="session")
+async def stack_pool(
+    temporal: DevServer, start_api: Callable[..., Api], start_worker: Callable[..., Proc]
+) -> AsyncIterator[StackPool]:
+    """The session's StackPool (the type registry started on the default queue first)."""
+    await _registry_on_default_queue(temporal)
+    pool = StackPool(start_api, start_worker)
+    yield pool
+    for _, stack in pool.idle:
+        pool.stop(stack)
+
+
+@pytest.fixture
+def start_stack(stack_pool: StackPool) -> Iterator[Callable[..., Stack]]:
+    """Factory: a Stack (API env as keyword arguments) of the test's own while it runs;
+    the workers it adds stop after the test, its API and workflow worker are kept for
+    later tests with the same env unless the test stopped one of them. With
+    `shared=False`, a new stack that no other test had or will have (for a test that
+    reads what the API keeps in memory about every job it saw, say)."""
+    taken: list[tuple[dict[str, str], Stack, bool]] = []
+
+    def start(*, shared: bool = True, **api_env: str) -> Stack:
+        stack = stack_pool.take(api_env, shared=shared)
+        taken.append((api_env, stack, shared))
         return stack
 
     yield start
-    for stack in stacks:
-        for proc in reversed(stack.procs):
-            proc.stop(timeout=15)
+    for api_env, stack, shared in taken:
+        stack_pool.give_back(api_env, stack, keep=shared)
 
 
 @dataclass(kw_only=True)
@@ -538,7 +670,8 @@ needs_chromium = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Headless Debian Chromium, driven by Playwright (no downloaded browser)."""
+    """Headless Debian Chromium, driven by Playwright (no downloaded browser). One per
+    module: a live sync Playwright holds an event loop that async tests cannot share."""
     expect.set_options(timeout=BROWSER_TIMEOUT_MS)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(

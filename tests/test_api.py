@@ -68,16 +68,6 @@ def http(api: Api) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def quiet_api(start_api: Callable[..., Api], session_worker: object) -> Api:
-    """An API whose attempts go to task queues no worker polls: its jobs stay pending.
-
-    The session worker still runs the JobWorkflows (on the default workflow queue), so
-    the jobs answer queries and can be cancelled.
-    """
-    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
-
-
-@pytest.fixture(scope="module")
 def quiet(quiet_api: Api) -> Iterator[httpx.Client]:
     """A client for `quiet_api`; every job it created is cancelled at the end."""
     with client_for(quiet_api) as client:

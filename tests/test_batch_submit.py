@@ -27,13 +27,6 @@ SMALL_BODY_LIMIT = 4096
 
 
 @pytest.fixture(scope="module")
-def quiet_api(start_api: Callable[..., Api]) -> Api:
-    """An API whose attempts go to task queues no worker polls: its jobs stay pending
-    (the session worker runs their workflows, so they answer reads)."""
-    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
-
-
-@pytest.fixture(scope="module")
 def quiet(quiet_api: Api) -> Iterator[httpx.Client]:
     with httpx.Client(
         base_url=quiet_api.url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=60

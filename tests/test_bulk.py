@@ -6,26 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from bench.harness import wait_until
-from tests.conftest import SECRET, Api
+from tests.conftest import SECRET, Api, wait_until
 from tests.test_cli import JOBFORGE, cli_env
 from tests.test_tenancy import bearer, create_token
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
 BULK = "/api/jobs/bulk"
-
-
-@pytest.fixture(scope="module")
-def quiet_api(start_api: Callable[..., Api]) -> Api:
-    """An API whose attempts go to task queues no worker polls: its jobs stay pending."""
-    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
 
 
 @pytest.fixture(scope="module")

@@ -76,12 +76,10 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def lonely(start_api: Callable[..., Api]) -> Iterator[Api]:
+@pytest.fixture
+def lonely(quiet_api: Api) -> Api:
     """An API whose activity queues nobody polls: its jobs stay pending."""
-    api = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"cli-{uuid.uuid4().hex[:8]}-")
-    yield api
-    api.proc.stop(timeout=15)
+    return quiet_api
 
 
 def test_submit_prints_the_id_of_a_job_that_then_runs_with_those_params(api: Api) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
-from bench.harness import Proc, wait_until
-from tests.conftest import Api, Stack, base_env
+from bench.harness import Proc
+from tests.conftest import Api, Stack, base_env, wait_until
 from tests.test_stop import watch_stop
 from worker.devserver import DevServer
 
@@ -37,19 +37,26 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Runtime:
     return found
 
 
+@pytest.fixture(scope="module")
+def allowed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one directory the API lets container jobs mount from (one for the module, so
+    its tests share one stack: start_stack keeps stacks by their API env)."""
+    return tmp_path_factory.mktemp("volumes")
+
+
 @pytest.fixture
-def volumes(tmp_path: Path) -> Path:
-    """The one directory container jobs may mount from (CONTAINER_VOLUME_PREFIXES)."""
-    root = tmp_path / "volumes"
+def volumes(allowed: Path) -> Path:
+    """The test's own directory under `allowed`, the one its workers allow."""
+    root = allowed / uuid.uuid4().hex[:8]
     root.mkdir()
     return root
 
 
 @pytest.fixture
-def stack(start_stack: Callable[..., Stack], volumes: Path) -> Stack:
-    """An isolated API that allows volumes under `volumes` and images of the test's tag."""
+def stack(start_stack: Callable[..., Stack], allowed: Path) -> Stack:
+    """An isolated API that allows volumes under `allowed` and images of the test's tag."""
     return start_stack(
-        CONTAINER_VOLUME_PREFIXES=str(volumes),
+        CONTAINER_VOLUME_PREFIXES=str(allowed),
         CONTAINER_IMAGE_ALLOW="localhost/jobforge-test:*",
     )
 
@@ -147,7 +154,7 @@ def test_a_non_zero_exit_fails_the_attempt_with_its_code_and_the_workers_memory_
 
 
 def test_a_volume_outside_the_allowed_prefixes_is_a_422_naming_the_field_and_nothing_is_made(
-    stack: Stack, volumes: Path, job_type: str
+    stack: Stack, allowed: Path, volumes: Path, job_type: str
 ) -> None:
     api = stack.api
     inside = {"source": str(volumes), "target": "/data"}
@@ -157,7 +164,7 @@ def test_a_volume_outside_the_allowed_prefixes_is_a_422_naming_the_field_and_not
             "container.volumes[1].source",
         ),
         (
-            {"volumes": [{"source": f"{volumes}-evil", "target": "/x"}]},
+            {"volumes": [{"source": f"{allowed}-evil", "target": "/x"}]},
             "container.volumes[0].source",
         ),
         (

@@ -162,28 +162,25 @@ def test_a_refused_cancel_shows_the_apis_409(
 
 def test_the_cancel_button_cancels_a_pending_job(
     page: Page,
-    start_api: Callable[..., Api],
+    quiet_api: Api,
     job_type: str,
     make_solver: Callable[[str], Solver],
 ) -> None:
     # Nothing polls this API's activity queues, so its jobs stay pending.
-    lonely = start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"dash-{uuid.uuid4().hex[:8]}-")
-    try:
-        sign_in(page, lonely, job_type=job_type)
-        job_id = lonely.submit(**make_solver('print("{}")\n').spec(job_type))
-        expect(row(page, job_id)).to_have_attribute("data-status", "pending")
+    lonely = quiet_api
+    sign_in(page, lonely, job_type=job_type)
+    job_id = lonely.submit(**make_solver('print("{}")\n').spec(job_type))
+    expect(row(page, job_id)).to_have_attribute("data-status", "pending")
 
-        row(page, job_id).click()
-        expect(page.locator("#detail-id")).to_have_text(job_id)
-        page.locator("#cancel-button").click()
-        expect(page.locator("#cancel-message")).to_have_text("Cancelled.")
-        expect(row(page, job_id)).to_have_attribute("data-status", "failed")
-        expect(row(page, job_id).locator('[data-field="status"]')).to_have_text("cancelled")
-        expect(page.locator("#cancel-button")).to_have_count(0)
-        job = lonely.job(job_id)
-        assert (job["status"], job["fail_reason"]) == ("failed", "cancelled")
-    finally:
-        lonely.proc.stop(timeout=15)
+    row(page, job_id).click()
+    expect(page.locator("#detail-id")).to_have_text(job_id)
+    page.locator("#cancel-button").click()
+    expect(page.locator("#cancel-message")).to_have_text("Cancelled.")
+    expect(row(page, job_id)).to_have_attribute("data-status", "failed")
+    expect(row(page, job_id).locator('[data-field="status"]')).to_have_text("cancelled")
+    expect(page.locator("#cancel-button")).to_have_count(0)
+    job = lonely.job(job_id)
+    assert (job["status"], job["fail_reason"]) == ("failed", "cancelled")
 
 
 def test_the_fleet_shows_workers_with_liveness_and_active_jobs(

@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from bench.harness import wait_until
-from tests.conftest import Api, needs_chromium
+from tests.conftest import Api, needs_chromium, wait_until
 from tests.test_dashboard import sign_in
 
 pytestmark = [pytest.mark.usefixtures("session_worker"), needs_chromium]
-
-
-@pytest.fixture(scope="module")
-def quiet_api(start_api: Callable[..., Api]) -> Api:
-    """An API whose attempts go to task queues no worker polls: its jobs stay pending."""
-    return start_api(TEMPORAL_ACTIVITY_QUEUE_PREFIX=f"unserved-{uuid.uuid4().hex[:8]}-")
 
 
 def test_the_charts_panel_draws_the_hours_series(page: Page, quiet_api: Api) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench.harness import Proc, wait_until
-from tests.conftest import Api, Solver, Stack
+from bench.harness import Proc
+from tests.conftest import Api, Solver, Stack, wait_until
 from tests.test_cli import jobforge
 from worker.devserver import DevServer
 

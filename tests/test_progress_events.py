@@ -20,8 +20,8 @@ from temporalio.client import Client
 
 from api.event_feed import EventFeed
 from api.job_service import JobService
-from bench.harness import Proc, wait_until
-from tests.conftest import Api, Solver
+from bench.harness import Proc
+from tests.conftest import Api, Solver, wait_until
 from tests.helpers import Collector, Listed, Sse, Visibility
 from workflows.models import JobStatus, Transition
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from bench.harness import Proc, wait_until
+from bench.harness import Proc
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.directory import register_job_type
-from tests.conftest import Api, Solver
+from tests.conftest import Api, Solver, wait_until
 from workflows import search_attributes
 from workflows.models import (
     PRIORITY_LEVELS,
@@ -31,7 +31,7 @@ from workflows.models import (
 from workflows.names import EVENTS_MEMO, JOB_WORKFLOW
 
 # How long a job is watched not to be taken. The session worker reads the type registry
-# every 100 ms (WORKER_TYPE_POLL_MS) and takes a task within milliseconds of polling
+# every 250 ms (WORKER_TYPE_POLL_MS) and takes a task within milliseconds of polling
 # its queue, so a worker that polled the job's queue would have taken it many times
 # over; a bounded negative check, made only once the worker has seen the type.
 UNTOUCHED_S = 3.0

@@ -14,8 +14,7 @@ import httpx
 import pytest
 
 from api.event_feed import EventKey
-from bench.harness import wait_until
-from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack
+from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack, wait_until
 from tests.helpers import Collector
 
 pytestmark = pytest.mark.usefixtures("session_worker")

@@ -14,9 +14,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, Describe
 from temporalio.client import Client
 
 from api.task_queue_stats import QueueKind, TaskQueueMetricsSettings, TaskQueueStats
-from bench.harness import wait_until
 from engine.connection import TemporalSettings
-from tests.conftest import Solver, Stack
+from tests.conftest import Solver, Stack, wait_until
 
 BACKLOG = "jobforge_task_queue_backlog"
 AGE = "jobforge_task_queue_backlog_age_seconds"
@@ -47,8 +46,9 @@ def test_a_pending_types_queues_show_their_backlogs_and_their_oldest_tasks_wait(
 ) -> None:
     """5 jobs of a type no worker serves, and 2 that name a solver_url: its plain
     activity queue's backlog reaches 5 and its `#url` queue's 2, each with a positive
-    age, beside JobWorkflow's own queue (kind workflow)."""
-    stack = start_stack()
+    age, beside JobWorkflow's own queue (kind workflow). The API's own stack: it
+    describes the queues of every type it saw."""
+    stack = start_stack(shared=False)
     queue = f"{stack.queues['TEMPORAL_ACTIVITY_QUEUE_PREFIX']}{job_type}"
     solver = make_solver("print('{}')\n")
     ids = [stack.api.submit(type=job_type) for _ in range(5)]

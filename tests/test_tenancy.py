@@ -21,15 +21,15 @@ from temporalio.client import Client
 
 import bench.harness as bench
 from api import access
-from bench.harness import Proc, wait_until
-from tests.conftest import SECRET, Api, Solver, base_env
+from bench.harness import Proc
+from tests.conftest import SECRET, Api, Solver, base_env, wait_until
 from tests.helpers import Collector, Sse
 from worker.devserver import DevServer
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
 # How long a job is watched not to be taken (the session worker reads the type registry
-# every 100 ms and takes a task within milliseconds once it polls a queue).
+# every 250 ms and takes a task within milliseconds once it polls a queue).
 UNTOUCHED_S = 3.0
 
 

@@ -172,7 +172,8 @@ async def test_sigterm_stops_claiming_and_lets_the_running_job_finish_within_the
 async def test_a_shutdown_says_so_once_and_leaves_no_task_pending(
     start_stack: Callable[..., Stack], job_type: str, gated: Gated
 ) -> None:
-    stack = start_stack()
+    # A stack of its own: the worker discovers (and logs) every type its API registered.
+    stack = start_stack(shared=False)
     # Many task queues, so many SDK Worker objects: four types, each with a host queue,
     # two with a registered solver; and the workflows, with type discovery.
     types = [f"{job_type}-{i}" for i in range(4)]

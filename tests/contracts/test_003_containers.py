@@ -19,8 +19,7 @@ import httpx
 import pytest
 
 from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
-from bench.harness import wait_until
-from tests.conftest import SECRET, Api
+from tests.conftest import SECRET, Api, wait_until
 from tests.contracts.worker_003 import DesignWorker
 
 pytestmark = [pytest.mark.usefixtures("session_worker"), pytest.mark.slow(90)]
