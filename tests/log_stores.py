@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 
-from bench.harness import Proc, spawn
 from engine.log_settings import LogSettings
 from engine.log_store import LogLine, LogStore, encode
+from tests.procs import Proc, spawn
 from worker.devserver import free_port, wait_for_port
 
 BACKENDS = ["files", "s3"]

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.harness import wait_until
 from tests.conftest import SECRET, Api
+from tests.procs import wait_until
 from tests.test_cli import JOBFORGE, cli_env
 from tests.test_tenancy import bearer, create_token
 

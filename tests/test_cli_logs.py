@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import wait_until
 from tests.conftest import ROOT, SECRET, Api, Solver
+from tests.procs import wait_until
 from tests.test_cli import JOBFORGE, cli_env, jobforge, ok, one_error_line
 
 pytestmark = pytest.mark.usefixtures("session_worker")

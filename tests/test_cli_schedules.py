@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.harness import wait_until
 from tests.conftest import REGISTERED_TYPE, Api
+from tests.procs import wait_until
 from tests.test_cli import jobforge, ok, one_error_line
 
 pytestmark = pytest.mark.usefixtures("session_worker")

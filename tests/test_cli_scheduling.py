@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from bench.harness import wait_until
 from tests.conftest import REGISTERED_TYPE, Api, Solver
+from tests.procs import wait_until
 from tests.test_cli import jobforge, ok, one_error_line
 
 pytestmark = pytest.mark.usefixtures("session_worker")

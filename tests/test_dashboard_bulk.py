@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Page, expect
 
-from bench.harness import wait_until
 from tests.conftest import Api, needs_chromium
+from tests.procs import wait_until
 from tests.test_dashboard import sign_in
 
 pytestmark = [pytest.mark.usefixtures("session_worker"), needs_chromium]

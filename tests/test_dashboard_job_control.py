@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from bench.harness import wait_until
 from tests.conftest import Api, Solver, needs_chromium
+from tests.procs import wait_until
 from tests.test_dashboard import LIVE_TIMEOUT_MS, row, sign_in
 
 pytestmark = [

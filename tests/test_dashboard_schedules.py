@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from bench.harness import wait_until
 from tests.conftest import REGISTERED_TYPE, Api, needs_chromium
+from tests.procs import wait_until
 from tests.test_dashboard import sign_in
 
 pytestmark = [

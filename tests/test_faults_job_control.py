@@ -31,7 +31,6 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench.harness import wait_until
 from engine import log_store
 from engine.log_settings import LogSettings
 from engine.log_store import LINE_MAX, LogLine, LogStore
@@ -39,6 +38,7 @@ from tests import faultkit
 from tests.conftest import PYTHON, Api, Solver, Stack, wait_until_async
 from tests.helpers import Collector
 from tests.log_stores import BACKENDS, S3_ENV, S3Server, append_repeatedly
+from tests.procs import wait_until
 from worker.agent import Hub, LogUploader
 from worker.devserver import DevServer
 from workflows.job_states import JobStatus

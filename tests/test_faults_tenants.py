@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.harness import Proc, wait_until
 from tests import faultkit
 from tests.conftest import Stack, base_env
+from tests.procs import Proc, wait_until
 from worker.devserver import DevServer
 
 

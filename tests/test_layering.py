@@ -142,3 +142,14 @@ def test_a_module_stem_repeats_only_where_each_names_the_other_in_its_first_line
             others = [str(p.relative_to(ROOT)) for p in paths if p != path]
             unexplained += [f"{path.relative_to(ROOT)} vs {o}" for o in others if o not in head]
     assert not unexplained
+
+
+def test_the_tests_import_nothing_from_bench() -> None:
+    # The benches reuse the tests' process helpers (tests/procs.py); never the reverse.
+    offenders = {
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in (ROOT / "tests").rglob("*.py")
+        for name in modules_imported(path)
+        if name.split(".")[0] == "bench"
+    }
+    assert not offenders

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.harness import Proc, wait_until
 from tests.conftest import Api, Solver
+from tests.procs import Proc, wait_until
 
 TALKER = """
 print("first out", flush=True)

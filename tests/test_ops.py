@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench.harness import Proc, wait_until
 from tests.conftest import Api, Solver, Stack
+from tests.procs import Proc, wait_until
 from tests.test_cli import jobforge
 from worker.devserver import DevServer
 

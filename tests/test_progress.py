@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from bench.harness import Proc, wait_until
 from tests.conftest import Api, Solver
+from tests.procs import Proc, wait_until
 from worker.devserver import DevServer
 
 PROGRESS_SOLVER = """

@@ -20,9 +20,9 @@ from temporalio.client import Client
 
 from api.event_feed import EventFeed
 from api.job_service import JobService
-from bench.harness import Proc, wait_until
 from tests.conftest import Api, Solver
 from tests.helpers import Collector, Listed, Sse, Visibility
+from tests.procs import Proc, wait_until
 from workflows.models import JobStatus, Transition
 
 pytestmark = pytest.mark.usefixtures("session_worker")

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from api.event_feed import EventKey
-from bench.harness import wait_until
 from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack
 from tests.helpers import Collector
+from tests.procs import wait_until
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 

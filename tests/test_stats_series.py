@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bench.harness import wait_until
 from tests.conftest import REGISTERED_TYPE, Api
+from tests.procs import wait_until
 from tests.test_tenancy import create_token
 
 pytestmark = pytest.mark.usefixtures("session_worker")

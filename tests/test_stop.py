@@ -12,8 +12,8 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from bench.harness import wait_until
 from tests.conftest import Solver, Stack, pid_alive
+from tests.procs import wait_until
 from tests.test_cancel import wait_execution_status
 from tests.test_cli import jobforge
 from worker.devserver import DevServer

@@ -14,9 +14,9 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, Describe
 from temporalio.client import Client
 
 from api.task_queue_stats import QueueKind, TaskQueueMetricsSettings, TaskQueueStats
-from bench.harness import wait_until
 from engine.connection import TemporalSettings
 from tests.conftest import Solver, Stack
+from tests.procs import wait_until
 
 BACKLOG = "jobforge_task_queue_backlog"
 AGE = "jobforge_task_queue_backlog_age_seconds"

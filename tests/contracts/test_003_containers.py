@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
-from bench.harness import wait_until
 from tests.conftest import SECRET, Api
+from tests.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
 from tests.contracts.worker_003 import DesignWorker
+from tests.procs import wait_until
 
 pytestmark = [pytest.mark.usefixtures("session_worker"), pytest.mark.slow(90)]
 
