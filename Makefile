@@ -1,9 +1,10 @@
-# jobforge: `make dev` brings up the embedded stack, `make test` runs the whole suite.
+# jobforge: `make dev` brings up the embedded stack, `make check` the fast tier of the
+# checks, `make test` the whole suite, `make faults` the fault battery at full load.
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint bench faults clean debian-tools
+.PHONY: dev check test lint bench faults clean debian-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,6 +27,14 @@ debian-tools:
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	for pair in $(DEBIAN_TOOLS); do command -v $${pair#*:} >/dev/null || echo "$${pair%%:*} is missing: its tests will be skipped (apt-get install $${pair%%:*})"; done
+
+# The fast tier, about a minute: lint, types, and the tests that start no process but the
+# Temporal dev server (unit tests, in-process workflow tests, replays; tests/tiers.py).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q -n 2 -m "not process"
 
 # Three test processes (pytest-xdist) that take tests as they free up: most tests wait on
 # processes and timeouts, so they overlap well on two cores.

@@ -46,6 +46,9 @@ REGISTERED_SOLVER = [
 ]
 PYTHON = sys.executable
 
+# The `process` tier, which `make check` leaves out: marked from the fixtures a test uses.
+pytest_plugins = ["tests.tiers"]
+
 
 def _slow_weight(item: pytest.Item) -> tuple[str, float] | None:
     """(what keeps it together, seconds) for a test marked `slow(seconds)`: a module-wide

@@ -25,6 +25,9 @@ from tests.conftest import ROOT
 from tests.test_dev_stack import DevStack, dev_env, launch_dev, wait_up
 from worker.devserver import free_port
 
+# Starts processes (tests/tiers.py): not in `make check`.
+pytestmark = pytest.mark.process
+
 README = ROOT / "README.md"
 # As printed in the README → what the test machine uses instead (see `swaps`).
 API_URL = "http://127.0.0.1:8000"
