@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # (`.venv/bin/pytest --collect-only -q -p no:xdist`, run twice).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: dev check test lint bench faults clean debian-tools
+.PHONY: dev check test lint bench faults faults-rotation clean debian-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -54,8 +54,23 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The fault battery at full load (CI runs it reduced, within `make test`); docs/reliability.md.
+FAULT_TESTS := tests/test_faults_processes.py tests/test_faults_scheduling.py \
+	tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py \
+	tests/test_faults_tenants.py
 faults: $(STAMP)
-	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_scheduling.py tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py tests/test_faults_tenants.py
+	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q $(FAULT_TESTS)
+
+# One scenario of the battery at full load, by rotation: of the battery's process-tier
+# tests in collection order, number ROTATION modulo their count (default: today's day of
+# the year, UTC). .ci/run runs it after a `make test` that finished within its budget.
+ROTATION ?= $(shell date -u +%-j)
+faults-rotation: $(STAMP)
+	@scenarios=$$(JOBFORGE_FAULT_LOAD=full $(BIN)/pytest --collect-only -q -p no:xdist \
+		-m process $(FAULT_TESTS) | grep '::'); \
+	count=$$(echo "$$scenarios" | wc -l); k=$$(( $(ROTATION) % count )); \
+	pick=$$(echo "$$scenarios" | sed -n "$$((k + 1))p"); \
+	echo "fault rotation: scenario $$((k + 1)) of $$count (ROTATION=$(ROTATION)) at full load: $$pick"; \
+	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q -p no:xdist "$$pick"
 
 # The main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
 bench: $(STAMP)
