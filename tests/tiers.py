@@ -13,6 +13,7 @@ teardown, naming the command, in `make check` and `make test` alike.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Generator
 from pathlib import Path
@@ -51,20 +52,22 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.process)
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_configure() -> None:
     """Note every process a test starts (with its node id), to check its tier."""
     popen_init = subprocess.Popen.__init__
 
     def noted(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
-        argv = [str(args)] if isinstance(args, (str, bytes)) else [str(a) for a in args]
-        if _current[0] and Path(argv[0].split()[0]).name != ALLOWED_PROGRAM:
-            _started.setdefault(_current[0], []).append(" ".join(argv)[:200])
+        one = isinstance(args, (str, bytes, os.PathLike))
+        command = os.fsdecode(args) if one else " ".join(map(os.fsdecode, args))
+        program = Path(command.split()[0]).name if command.split() else ""
+        if _current[0] and program != ALLOWED_PROGRAM:
+            _started.setdefault(_current[0], []).append(command[:200])
         popen_init(self, args, *rest, **kwargs)
 
     subprocess.Popen.__init__ = noted  # type: ignore[method-assign]
 
 
-def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+def pytest_runtest_logstart(nodeid: str) -> None:
     _current[0] = nodeid
 
 
