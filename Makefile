@@ -1,9 +1,15 @@
-# jobforge: `make dev` brings up the embedded stack, `make test` runs the whole suite.
+# jobforge: `make dev` brings up the embedded stack, `make check` the fast tier of the
+# checks, `make test` the whole suite, `make faults` the fault battery at full load.
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Bytecode caches on, whatever the environment says: else every pytest process and every
+# process the tests start compiles the project's modules again (and pytest rewrites every
+# test module again). Collecting the suite takes 8 s of CPU without them, 4 s with
+# (`.venv/bin/pytest --collect-only -q -p no:xdist`, run twice).
+unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: dev test lint bench faults coverage clean debian-tools
+.PHONY: dev check test lint bench faults faults-rotation coverage clean debian-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,6 +33,14 @@ debian-tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	for pair in $(DEBIAN_TOOLS); do command -v $${pair#*:} >/dev/null || echo "$${pair%%:*} is missing: its tests will be skipped (apt-get install $${pair%%:*})"; done
 
+# The fast tier, about a minute: lint, types, and the tests that start no process but the
+# Temporal dev server (unit tests, in-process workflow tests, replays; tests/tiers.py).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q -n 2 -m "not process"
+
 # Three test processes (pytest-xdist) that take tests as they free up: most tests wait on
 # processes and timeouts, so they overlap well on two cores.
 test: $(STAMP) debian-tools
@@ -40,8 +54,23 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The fault battery at full load (CI runs it reduced, within `make test`); docs/reliability.md.
+FAULT_TESTS := tests/test_faults_processes.py tests/test_faults_scheduling.py \
+	tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py \
+	tests/test_faults_tenants.py
 faults: $(STAMP)
-	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q tests/test_faults_processes.py tests/test_faults_scheduling.py tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py tests/test_faults_tenants.py
+	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q $(FAULT_TESTS)
+
+# One scenario of the battery at full load, by rotation: of the battery's process-tier
+# tests in collection order, number ROTATION modulo their count (default: today's day of
+# the year, UTC). .ci/run runs it after a `make test` that finished within its budget.
+ROTATION ?= $(shell date -u +%-j)
+faults-rotation: $(STAMP)
+	@scenarios=$$(JOBFORGE_FAULT_LOAD=full $(BIN)/pytest --collect-only -q -p no:xdist \
+		-m process $(FAULT_TESTS) | grep '::'); \
+	count=$$(echo "$$scenarios" | wc -l); k=$$(( $(ROTATION) % count )); \
+	pick=$$(echo "$$scenarios" | sed -n "$$((k + 1))p"); \
+	echo "fault rotation: scenario $$((k + 1)) of $$count (ROTATION=$(ROTATION)) at full load: $$pick"; \
+	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q -p no:xdist "$$pick"
 
 # The whole suite with line coverage, the processes it starts included (slower than
 # `make test`): a summary per package, then `coverage html` for the lines.

@@ -52,7 +52,6 @@ from temporalio.client import Client
 
 from bench import bare
 from bench.harness import (
-    PYTHON,
     Bench,
     api_client,
     connect_when_healthy,
@@ -64,6 +63,7 @@ from bench.harness import (
     percentile,
     run_bench,
 )
+from tests.procs import PYTHON
 
 AGENT_TYPE = "claimbench-agent"
 NATIVE_TYPE = "claimbench-native"

@@ -9,7 +9,7 @@ One run starts one headless Temporal dev server (free port, fresh temp data dir)
 real API and one native worker (WORKER_TYPES=ctrbench, WORKER_CORES=1) with a
 container runtime (CONTAINER_RUNTIME: podman, else docker; CONTAINER_RUNTIME_ARGS
 `--runtime runc` for podman when runc is installed), and imports a busybox image
-(bench/container_image.py). The command is `/bin/sh -c 'printf {}'` both ways: as
+(tests/container_image.py). The command is `/bin/sh -c 'printf {}'` both ways: as
 the worker's registered solver for plain jobs, and as the command of a container job
 in the busybox image. Jobs run one at a time, solver and container taking turns, after
 --warmup of each.
@@ -33,7 +33,6 @@ from typing import Any
 
 import httpx
 
-from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
 from bench.harness import (
     Bench,
     api_client,
@@ -44,6 +43,7 @@ from bench.harness import (
     percentile,
     run_bench,
 )
+from tests.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
 
 JOB_TYPE = "ctrbench"
 COMMAND = ["/bin/sh", "-c", "printf {}"]

@@ -21,16 +21,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect, sync_playwright
 
-from bench.harness import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    ROOT,
-    Proc,
-    jobforge,
-    spawn,
-    start_dev_server,
-    wait_until,
-)
+from bench.harness import start_dev_server
+from tests.procs import CHROMIUM, CHROMIUM_ARGS, ROOT, Proc, jobforge, spawn, wait_until
 from worker.devserver import env_with, free_port, wait_for_port
 
 SECRET = "screenshot-secret"

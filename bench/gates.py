@@ -71,12 +71,10 @@ from bench.harness import (
     NOOP_SOLVER,
     Bench,
     CpuMeter,
-    Proc,
     api_client,
     code_version,
     connect_when_healthy,
     exit_now,
-    jobforge,
     load_average,
     parse,
     percentile,
@@ -84,6 +82,7 @@ from bench.harness import (
 )
 from bench.throughput import Phase, measure, run_batch, wait_completed
 from engine.connection import TemporalSettings
+from tests.procs import Proc, jobforge
 from worker.native import workflow_runner
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow

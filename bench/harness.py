@@ -1,9 +1,8 @@
-"""The one harness every bench (and the test suite's process fixtures) runs on.
+"""The one harness every bench runs on.
 
-- `Proc` and `spawn`: a child process with its log file; `output()`, `wait_for(text)`,
-  `stop(sig, timeout)`, `kill()`. `jobforge(...)` is the command line of the CLI.
+- The processes it starts are the tests' (tests/procs.py: `Proc`, `spawn`, `jobforge`,
+  `wait_until`); benches import those from there.
 - `api_client`, `submit_job`: an authenticated HTTP client of the API, and a submit.
-- `wait_until`: readiness as a poll with a deadline, never a bare sleep.
 - `start_dev_server` and `connect_when_healthy`: a headless Temporal dev server on a
   free port, and a client once its frontend answers.
 - `percentile`, `describe`: nearest-rank statistics of latency samples.
@@ -35,18 +34,15 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import httpx
 from temporalio.client import Client
 
+from tests.procs import ROOT, Proc, jobforge, spawn
 from worker.devserver import DevServer, free_port, wait_for_port
 from worker.hub_client import pool_limits
 
-T = TypeVar("T")
-
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
 PRODUCT_DIRS = ("workflows", "engine", "activities", "api", "worker")
 SECRET = "bench-secret"
 # A solver that does nothing; jobforge calls it as [*NOOP_SOLVER, "--params", json]: $0 $1.
@@ -54,119 +50,7 @@ NOOP_SOLVER = ["/bin/sh", "-c", "printf {}"]
 WORKER_READY = "ready: workflows=True"
 
 
-# -- readiness -------------------------------------------------------------------------
-
-
-# Debian's Chromium, headless, and the flags this closed network needs (without the
-# background-networking ones it keeps trying hosts it cannot reach).
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def wait_until(
-    condition: Callable[[], T | None],
-    *,
-    timeout: float = 60.0,
-    interval: float = 0.05,
-    what: str = "",
-) -> T:
-    """Poll `condition` until it returns something truthy; TimeoutError at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
-
-
-# -- processes -------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    """A process a bench or a test started, with the log file its output goes to."""
-
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def name(self) -> str:
-        """The log file's stem: what the process was started as."""
-        return self.log.stem
-
-    def output(self) -> str:
-        """Everything it logged so far."""
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout: float = 60.0) -> None:
-        """Block until `text` appears in its log; RuntimeError if it exits first."""
-
-        def logged() -> bool:
-            if text in self.output():
-                return True
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited early:\n{self.output()[-3000:]}")
-            return False
-
-        wait_until(logged, timeout=timeout, what=f"{self.name} to log {text!r}")
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 45.0) -> int:
-        """Signal it and wait for it to exit (SIGKILL if it outlives `timeout`)."""
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        self.stop(signal.SIGKILL)
-
-    def __enter__(self) -> Proc:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def spawn(
-    argv: Sequence[str],
-    log: Path,
-    env: dict[str, str],
-    *,
-    cwd: Path = ROOT,
-    new_session: bool = False,
-) -> Proc:
-    """Start `argv` with stdout and stderr to `log` (truncated) and no stdin."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            list(argv),
-            env=env,
-            cwd=cwd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=new_session,
-        )
-    return Proc(process, log)
-
-
-def jobforge(*args: str) -> list[str]:
-    """The command line of `jobforge <args>` with this interpreter."""
-    return [PYTHON, "-m", "worker.cli", *args]
+# -- the API ---------------------------------------------------------------------------
 
 
 def api_client(port: int, *, timeout: float, connections: int | None = None) -> httpx.AsyncClient:

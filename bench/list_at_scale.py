@@ -52,8 +52,6 @@ from temporalio.worker import Worker
 
 from api import visibility_queries
 from bench.harness import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     SECRET,
     Bench,
     CpuMeter,
@@ -70,6 +68,7 @@ from bench.harness import (
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.directory import register_job_type
+from tests.procs import CHROMIUM, CHROMIUM_ARGS
 from worker.native import build_workflow_worker
 from workflows import search_attributes
 from workflows.errors import ErrorType

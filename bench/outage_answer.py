@@ -25,7 +25,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.harness import SECRET, code_version, jobforge, spawn, start_dev_server
+from bench.harness import SECRET, code_version, start_dev_server
+from tests.procs import jobforge, spawn
 from worker.devserver import env_with, free_port, wait_for_port
 
 

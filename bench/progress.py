@@ -50,7 +50,6 @@ from temporalio.client import Client
 
 from api.settings import ApiSettings
 from bench.harness import (
-    PYTHON,
     Bench,
     CpuMeter,
     api_client,
@@ -61,6 +60,7 @@ from bench.harness import (
     run_bench,
     submit_job,
 )
+from tests.procs import PYTHON
 from worker.hub_client import SseParser
 
 JOB_TYPE = "progressbench"

@@ -42,7 +42,6 @@ from temporalio.client import Client
 from bench import bare
 from bench.harness import (
     NOOP_SOLVER,
-    PYTHON,
     Bench,
     CpuMeter,
     api_client,
@@ -53,6 +52,7 @@ from bench.harness import (
     run_bench,
     submit_job,
 )
+from tests.procs import PYTHON
 
 JOB_TYPE = "noop"
 JOB_WORKFLOW = "JobWorkflow"

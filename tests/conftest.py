@@ -26,10 +26,10 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from bench import harness as bench
-from bench.harness import CHROMIUM, CHROMIUM_ARGS, Proc
 from engine.log_store import LogStore
+from tests import procs
 from tests.log_stores import BACKENDS, S3Server, open_store, start_s3_server
+from tests.procs import CHROMIUM, CHROMIUM_ARGS, Proc
 from worker.devserver import DevServer, free_port, wait_for_port
 from worker.hub_client import pool_limits
 
@@ -45,6 +45,9 @@ REGISTERED_SOLVER = [
     "import json, sys; print(json.dumps({'registered': True, 'argv': sys.argv[1:]}))",
 ]
 PYTHON = sys.executable
+
+# The `process` tier, which `make check` leaves out: marked from the fixtures a test uses.
+pytest_plugins = ["tests.tiers"]
 
 
 def _slow_weight(item: pytest.Item) -> tuple[str, float] | None:
@@ -251,8 +254,8 @@ def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Pr
     started: list[Proc] = []
 
     def start(args: list[str], env: dict[str, str]) -> Proc:
-        proc = bench.spawn(
-            bench.jobforge(*args), logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log", env
+        proc = procs.spawn(
+            procs.jobforge(*args), logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log", env
         )
         started.append(proc)
         return proc

@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from bench.harness import Proc, spawn
 from engine.log_settings import LogSettings
 from engine.log_store import LogLine, LogStore, encode
+from tests.procs import Proc, spawn
 from worker.devserver import free_port, wait_for_port
 
-BACKENDS = ["files", "s3"]
+# The S3 store runs against a moto server process: that case is in the process tier.
+BACKENDS = ["files", pytest.param("s3", marks=pytest.mark.process)]
 # moto takes any key pair; these are what the stores under test sign with.
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "jobforge-test",

@@ -14,10 +14,10 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from bench.harness import Proc
 from engine import log_store
 from engine.log_store import LINE_MAX, LogLine, LogStore
 from tests.conftest import Api, Solver, base_env, wait_until
+from tests.procs import Proc
 from worker.agent import Hub, LogUploader
 from worker.devserver import DevServer
 from workflows.models import ClaimedJob

@@ -168,11 +168,13 @@ def resolved() -> dict[str, Any]:
     return data
 
 
+@pytest.mark.process  # the compose tool (tests/tiers.py)
 def test_the_compose_tool_accepts_the_file() -> None:
     result = run_config(COMPOSE_FILE, **SECRETS)
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.process  # the compose tool (tests/tiers.py)
 def test_the_compose_tool_rejects_a_file_with_an_unknown_key(tmp_path: Path) -> None:
     broken = tmp_path / "docker-compose.yml"
     broken.write_text(
@@ -184,6 +186,7 @@ def test_the_compose_tool_rejects_a_file_with_an_unknown_key(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("secret", sorted(SECRETS))
+@pytest.mark.process  # the compose tool (tests/tiers.py)
 def test_the_stack_refuses_to_start_without_its_secrets(secret: str) -> None:
     result = run_config(COMPOSE_FILE, **{k: v for k, v in SECRETS.items() if k != secret})
     assert result.returncode != 0
@@ -353,6 +356,7 @@ def test_temporal_gets_the_dynamic_config_the_dev_server_gets() -> None:
 # -- the shared log store -------------------------------------------------------------
 
 
+@pytest.mark.process  # the compose tool (tests/tiers.py)
 def test_the_api_and_workers_share_one_log_store_the_minio_service_holds() -> None:
     """Both read one LOG_STORE_URL: the bucket minio-init creates, on the minio service,
     with MinIO's own credentials; they start once the bucket exists."""

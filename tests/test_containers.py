@@ -1,5 +1,5 @@
 """Container jobs with real containers: a busybox image imported without a registry
-(bench/container_image.py), run by real workers through the runtime's CLI (podman
+(tests/container_image.py), run by real workers through the runtime's CLI (podman
 here; docker takes the same options). Every test ends by asking the runtime, with
 `ps -a`, that no container of its jobs is left."""
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
-from bench.harness import Proc
 from tests.conftest import Api, Stack, base_env, wait_until
+from tests.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
+from tests.procs import Proc
 from tests.test_stop import watch_stop
 from worker.devserver import DevServer
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from temporalio.client import Client
 
-from bench.harness import Proc
 from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack, wait_until_async
+from tests.procs import Proc
 from tests.test_cli import jobforge, ok
 from worker.devserver import DevServer
 from workflows import search_attributes

@@ -31,7 +31,8 @@ from tests.conftest import ROOT
 from tests.test_dev_stack import DevStack, dev_env, launch_dev, wait_up
 from tests.test_readme import Shell, Step, section, sh_steps
 
-pytestmark = pytest.mark.slow(90)
+# Starts processes (tests/tiers.py): not in `make check`.
+pytestmark = [pytest.mark.slow(90), pytest.mark.process]
 
 DOC = ROOT / "docs" / "contracts.md"
 HEADING = "Under `make dev`"

@@ -22,6 +22,9 @@ from tests.conftest import PYTHON, ROOT, needs_chromium, wait_until
 from worker.dev_stack import READY_LINE
 from worker.devserver import free_port
 
+# Starts processes (tests/tiers.py): not in `make check`.
+pytestmark = pytest.mark.process
+
 SECRET = "dev-stack-secret"
 KEPT_SECRET = "the-kept-secret\n"
 STARTUP_S = 90.0

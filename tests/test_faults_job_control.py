@@ -453,6 +453,7 @@ def test_live_capacity_counts_overlapping_solver_lives_and_one_with_no_exit_line
     assert problems[1:] == []  # b and d: two at once, within 2
 
 
+@pytest.mark.process  # a real solver (tests/tiers.py)
 def test_a_recorded_solver_still_alive_is_named_and_its_sigterm_exit_is_recorded(
     tmp_path: Path,
 ) -> None:

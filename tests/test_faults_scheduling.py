@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.harness import Proc
 from tests import faultkit
 from tests.conftest import SECRET, base_env, wait_until
+from tests.procs import Proc
 from worker.devserver import DevServer, free_port, wait_for_port
 
 # -- the checks, on hand-made transitions --------------------------------------------------

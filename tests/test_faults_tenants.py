@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.harness import Proc
 from tests import faultkit
 from tests.conftest import Stack, base_env, wait_until
+from tests.procs import Proc
 from worker.devserver import DevServer
 
 

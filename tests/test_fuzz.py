@@ -9,25 +9,45 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from fastapi.responses import StreamingResponse
 
+from api.main import create_app
+from api.settings import ApiSettings
 from tests.conftest import SECRET, Api, Proc, base_env, wait_until
 from tests.faultkit import FULL, scale
+from tests.test_access import api_routes
 from worker.devserver import DevServer, free_port, wait_for_port
 
 # The schema fuzz alone takes about a minute in `make test` (tests/conftest.py).
 pytestmark = pytest.mark.slow(100)
 
 AUTH = {"Authorization": f"Bearer {SECRET}"}
-# Long polls and streams: a fuzzed call would wait out its `wait` or never end. Their
-# auth is checked below like every other route's.
-NOT_FUZZED = r"^(/api/jobs/(claim|events)|/api/system/scheduler/queue/jobs/claim|/logs/.*)$"
+# Long polls: a fuzzed call would wait out its `wait`.
+LONG_POLLS = ["/api/jobs/claim", "/api/system/scheduler/queue/jobs/claim"]
+# Every operation whose answer may be a stream (tests/test_fuzz.py checks the list is
+# whole): a fuzzed call would wait for its end, or the request timeout. Each is left out
+# of the schema fuzz, or fuzzed only in its form that answers at once (`fuzz_config`).
+# Their auth is checked below like every other route's.
+STREAMS = {
+    ("GET", "/api/jobs/events"): "not fuzzed",  # every job's events: never ends
+    ("GET", "/logs/{job_id}"): "not fuzzed",  # 003's log, followed until the job ends
+    ("GET", "/api/jobs/{job_id}/logs"): "follow=false",  # follow: until the attempt ends
+}
+NOT_FUZZED = "^({})$".format(
+    "|".join(
+        re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(path))
+        for path in [*LONG_POLLS, *(p for (_, p), how in STREAMS.items() if how == "not fuzzed")]
+    )
+)
 OPEN = {
     ("GET", "/healthz"),
     ("GET", "/docs"),
@@ -149,6 +169,8 @@ def fuzz_config(api: Api) -> str:
         ),
         (r"^(/api/ops/cleanup|/ops/queue/cleanup)$", {"body.older_than_s": YEAR_S}),
     ]
+    # The streams fuzzed in their form that answers at once (STREAMS), by name.
+    named = [("GET /api/jobs/{job_id}/logs", {"path.job_id": job, "query.follow": False})]
     lines = [
         "[parameters]",
         f'"path.job_id" = "{job}"',
@@ -158,11 +180,13 @@ def fuzz_config(api: Api) -> str:
         "[checks.negative_data_rejection]",
         f"expected-statuses = {json.dumps(REJECTED)}",
     ]
-    for regex, parameters in operations:
+    selectors = [("include-path-regex", regex, parameters) for regex, parameters in operations]
+    selectors += [("include-name", name, parameters) for name, parameters in named]
+    for selector, value, parameters in selectors:
         lines += [
             "",
             "[[operations]]",
-            f"include-path-regex = {json.dumps(regex)}",
+            f"{selector} = {json.dumps(value)}",
             "[operations.parameters]",
         ]
         lines += [f'"{name}" = {json.dumps(value)}' for name, value in parameters.items()]
@@ -224,6 +248,11 @@ def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
             "--seed",
             os.environ.get("JOBFORGE_FUZZ_SEED", "1"),
             "--no-color",
+            # Every request and the head of its answer: checked below for streams.
+            "--report",
+            "har",
+            "--report-har-path",
+            str(tmp_path / "fuzz.har"),
         ],
         capture_output=True,
         text=True,
@@ -235,6 +264,46 @@ def test_api_conforms_to_its_schema(fuzz_api: Api, tmp_path: Path) -> None:
     # A reproduction's body can be megabytes: each line cut short, so every failure shows.
     report = "\n".join(line[:400] for line in run.stdout.splitlines())
     assert run.returncode == 0, report[-30000:] + run.stderr[-5000:]
+    assert streamed(tmp_path / "fuzz.har") == []
+
+
+def streamed(har: Path) -> list[str]:
+    """The fuzz's requests that a stream answered, or that went to one not fuzzed."""
+    not_fuzzed = re.compile(NOT_FUZZED)
+    found = []
+    for entry in json.loads(har.read_text())["log"]["entries"]:
+        request, answer = entry["request"], entry["response"]
+        path = httpx.URL(request["url"]).path
+        if answer["content"].get("mimeType", "").startswith("text/event-stream") or (
+            not_fuzzed.match(path)
+        ):
+            found.append(f"{request['method']} {request['url'][:200]}")
+    return found
+
+
+def streaming_operations() -> set[tuple[str, str]]:
+    """(method, path) of every operation of the schema that may answer with a stream: its
+    200 may be `text/event-stream`, or its handler returns a StreamingResponse."""
+    app = create_app(ApiSettings(FORGE_INGEST_SECRET="x"))
+    spec = app.openapi()["paths"]
+    found = set()
+    for route in api_routes(app.router.routes):
+        returned = typing.get_type_hints(route.endpoint).get("return")
+        kinds = typing.get_args(returned) or (returned,)
+        streams = any(isinstance(k, type) and issubclass(k, StreamingResponse) for k in kinds)
+        for method in route.methods:
+            operation = spec.get(route.path_format, {}).get(method.lower())
+            if operation is None:  # not in the schema: not fuzzed
+                continue
+            answer = operation["responses"].get("200", {})
+            if streams or "text/event-stream" in answer.get("content", {}):
+                found.add((method, route.path_format))
+    return found
+
+
+def test_every_stream_is_left_out_of_the_fuzz_or_fuzzed_in_a_form_that_answers_at_once() -> None:
+    # A new streaming route must be added to STREAMS, with how it is bounded.
+    assert streaming_operations() == set(STREAMS)
 
 
 def routes(api: Api) -> list[tuple[str, str]]:
@@ -250,15 +319,14 @@ def routes(api: Api) -> list[tuple[str, str]]:
 
 def test_every_route_but_the_open_ones_demands_the_token(fuzz_api: Api) -> None:
     checked = 0
-    for method, path in routes(fuzz_api):
-        if (method, path) in OPEN:
-            continue
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic eA=="}):
-            response = httpx.request(
-                method, f"{fuzz_api.url}{path}", headers=headers, json={}, timeout=10
-            )
-            assert response.status_code == 401, (method, path, headers, response.text)
-            checked += 1
+    with httpx.Client(base_url=fuzz_api.url, timeout=10) as anonymous:
+        for method, path in routes(fuzz_api):
+            if (method, path) in OPEN:
+                continue
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic eA=="}):
+                response = anonymous.request(method, path, headers=headers, json={})
+                assert response.status_code == 401, (method, path, headers, response.text)
+                checked += 1
     assert checked >= 3 * 10
     # The open ones answer without it (the event stream: just its headers).
     for path in ("/healthz", "/openapi.json", "/metrics", "/docs", "/"):

@@ -105,17 +105,20 @@ def test_the_api_uses_only_names_of_the_job_workflow_not_its_module() -> None:
     assert not offenders
 
 
+@pytest.mark.process  # a fresh interpreter (tests/tiers.py)
 def test_importing_the_native_worker_does_not_load_fastapi() -> None:
     loaded = loaded_modules("worker.native")
     assert "temporalio.worker" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("fastapi", "starlette", "api")}
 
 
+@pytest.mark.process  # a fresh interpreter (tests/tiers.py)
 def test_importing_the_agent_does_not_load_fastapi_or_the_api() -> None:
     loaded = loaded_modules("worker.agent")
     assert not {m for m in loaded if m.split(".")[0] in ("fastapi", "starlette", "api")}
 
 
+@pytest.mark.process  # a fresh interpreter (tests/tiers.py)
 def test_workflow_definitions_load_no_io_module_of_jobforge() -> None:
     loaded = loaded_modules(
         "workflows.job_workflow, workflows.type_registry, workflows.worker_record, "
@@ -142,3 +145,14 @@ def test_a_module_stem_repeats_only_where_each_names_the_other_in_its_first_line
             others = [str(p.relative_to(ROOT)) for p in paths if p != path]
             unexplained += [f"{path.relative_to(ROOT)} vs {o}" for o in others if o not in head]
     assert not unexplained
+
+
+def test_the_tests_import_nothing_from_bench() -> None:
+    # The benches reuse the tests' process helpers (tests/procs.py); never the reverse.
+    offenders = {
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in (ROOT / "tests").rglob("*.py")
+        for name in modules_imported(path)
+        if name.split(".")[0] == "bench"
+    }
+    assert not offenders

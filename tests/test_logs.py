@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.harness import Proc
 from tests.conftest import Api, Solver, wait_until
+from tests.procs import Proc
 
 TALKER = """
 print("first out", flush=True)

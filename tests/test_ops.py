@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench.harness import Proc
 from tests.conftest import Api, Solver, Stack, wait_until
+from tests.procs import Proc
 from tests.test_cli import jobforge
 from worker.devserver import DevServer
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from bench.harness import Proc
 from tests.conftest import Api, Solver, wait_until
+from tests.procs import Proc
 from worker.devserver import DevServer
 
 PROGRESS_SOLVER = """

@@ -20,9 +20,9 @@ from temporalio.client import Client
 
 from api.event_feed import EventFeed
 from api.job_service import JobService
-from bench.harness import Proc
 from tests.conftest import Api, Solver, wait_until
 from tests.helpers import Collector, Listed, Sse, Visibility
+from tests.procs import Proc
 from workflows.models import JobStatus, Transition
 
 pytestmark = pytest.mark.usefixtures("session_worker")

@@ -26,6 +26,7 @@ from tests.test_dev_stack import DevStack, dev_env, launch_dev, wait_up
 from worker.devserver import free_port
 
 README = ROOT / "README.md"
+MAKEFILE = ROOT / "Makefile"
 # As printed in the README → what the test machine uses instead (see `swaps`).
 API_URL = "http://127.0.0.1:8000"
 SECRET_FILE = ".jobforge/ingest-secret"
@@ -162,6 +163,7 @@ def swaps(stack: DevStack, solvers: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.process  # `make dev` (tests/tiers.py)
 def test_make_dev_took_the_data_dir_and_ports_from_args(stack: DevStack) -> None:
     out = stack.output()
 
@@ -171,6 +173,7 @@ def test_make_dev_took_the_data_dir_and_ports_from_args(stack: DevStack) -> None
     assert (stack.data_dir / "ingest-secret").stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.process  # `make dev` (tests/tiers.py)
 def test_every_walkthrough_command_works_as_printed(stack: DevStack, tmp_path: Path) -> None:
     steps = walkthrough()
     text = "\n".join(step.command for step in steps)
@@ -196,3 +199,14 @@ def test_every_walkthrough_command_works_as_printed(stack: DevStack, tmp_path: P
                 time.sleep(0.5)  # a read, before the job got there: ask again
     finally:
         shell.close()
+
+
+def test_every_make_target_the_docs_name_is_in_the_makefile() -> None:
+    targets = set(re.findall(r"(?m)^([a-z][\w-]*):", MAKEFILE.read_text()))
+    named = {
+        target
+        for doc in [README, *sorted((ROOT / "docs").glob("*.md"))]
+        for target in re.findall(r"`make ([a-z][\w-]*)", doc.read_text())
+    }
+    assert {"check", "test", "faults", "dev"} <= named
+    assert named - targets == set()

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from bench.harness import Proc
 from engine.clock import now_ms
 from engine.connection import TemporalSettings
 from engine.directory import register_job_type
 from tests.conftest import Api, Solver, wait_until
+from tests.procs import Proc
 from workflows import search_attributes
 from workflows.models import (
     PRIORITY_LEVELS,

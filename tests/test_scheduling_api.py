@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from bench.harness import Proc
 from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack, wait_until
+from tests.procs import Proc
 from worker.devserver import DevServer
 from workflows import search_attributes
 

@@ -16,6 +16,9 @@ from tests.conftest import ROOT
 from worker.devserver import DevServer, free_port
 from workflows import search_attributes
 
+# Starts processes (tests/tiers.py): not in `make check`.
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def bare_server(tmp_path: Path) -> Iterator[DevServer]:

@@ -19,11 +19,11 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-import bench.harness as bench
 from api import access
-from bench.harness import Proc
+from tests import procs
 from tests.conftest import SECRET, Api, Solver, base_env, wait_until
 from tests.helpers import Collector, Sse
+from tests.procs import Proc
 from worker.devserver import DevServer
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -521,7 +521,7 @@ def tenant_worker(
         NODE_ID=f"worker-{acme}",
         SOLVER_CACHE_DIR=str(tmp_path / "cache"),
     )
-    proc = bench.spawn(bench.jobforge("worker"), tmp_path / "worker.log", env)
+    proc = procs.spawn(procs.jobforge("worker"), tmp_path / "worker.log", env)
     try:
         proc.wait_for(f"serving job type {job_type}", timeout=30)
         yield proc
@@ -602,7 +602,7 @@ def start_agent(hub: str, temporal: DevServer, tmp_path: Path, name: str, **env:
         SOLVER_CACHE_DIR=str(tmp_path / f"cache-{name}"),
         **env,
     )
-    return bench.spawn(bench.jobforge("agent"), tmp_path / f"{name}.log", full)
+    return procs.spawn(procs.jobforge("agent"), tmp_path / f"{name}.log", full)
 
 
 def test_an_agent_with_a_tenants_worker_token_runs_that_tenants_jobs_only(

@@ -22,8 +22,8 @@ import pytest
 from temporalio.client import Client
 
 from api.token_table import TOKEN_PREFIX, token_hash
-from bench.harness import Proc
 from tests.conftest import SECRET, Api, _registry_on_default_queue, wait_until
+from tests.procs import Proc
 from tests.test_cli import jobforge
 from worker.devserver import DevServer
 from workflows.names import token_registry_workflow_id

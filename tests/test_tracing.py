@@ -132,6 +132,7 @@ async def test_without_an_otlp_endpoint_the_client_gets_no_interceptor(
     assert client.config()["interceptors"] == []
 
 
+@pytest.mark.process  # a fresh interpreter (tests/tiers.py)
 def test_without_an_otlp_endpoint_a_worker_loads_no_tracing_sdk() -> None:
     code = (
         "import asyncio, sys, worker.native\n"

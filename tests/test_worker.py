@@ -371,6 +371,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.process  # a fresh interpreter (tests/tiers.py)
 def test_a_worker_learns_of_its_solvers_exits_without_a_thread_for_each() -> None:
     """A worker process starts no thread per solver to wait for its exit (Python 3.11's
     default did: one waitpid thread per process), and its solvers' exits, results and

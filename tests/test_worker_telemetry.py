@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.harness import Proc
 from tests.conftest import Api, base_env, wait_until
+from tests.procs import Proc
 from worker.devserver import DevServer
 
 pytestmark = pytest.mark.usefixtures("session_worker")

@@ -21,10 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench import harness
-from bench.harness import Proc
-from tests import faultkit
+from tests import faultkit, procs
 from tests.conftest import PYTHON, Api, base_env, wait_until
+from tests.procs import Proc
 from worker.devserver import DevServer
 from worker.runforge import LEGACY_RUN_TYPE, RUN_MAX_ATTEMPTS, iso, pool_name, run_type
 from workflows.contract_states import state_name
@@ -120,7 +119,7 @@ def start_daemon(env: dict[str, str], tmp_path: Path) -> Iterator[Callable[[Path
     def start(workspace: Path, max_parallel: int) -> Proc:
         argv = [PYTHON, "-m", "worker.runforge_cli", "daemon"]
         argv += ["--workspace", str(workspace), "--max-parallel", str(max_parallel)]
-        proc = harness.spawn(argv, tmp_path / f"daemon-{len(started)}.log", env)
+        proc = procs.spawn(argv, tmp_path / f"daemon-{len(started)}.log", env)
         started.append(proc)
         proc.wait_for("[RF:DAEMON=STARTED", timeout=60)
         return proc
@@ -245,7 +244,7 @@ def test_of_two_daemons_started_at_once_one_runs_and_a_killed_ones_lock_is_taken
     procs: list[Proc] = []
 
     def spawn() -> Proc:
-        proc = harness.spawn(argv, tmp_path / f"daemon-{len(procs)}.log", env)
+        proc = procs.spawn(argv, tmp_path / f"daemon-{len(procs)}.log", env)
         procs.append(proc)
         return proc
 

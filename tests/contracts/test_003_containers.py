@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
 from tests.conftest import SECRET, Api, wait_until
+from tests.container_image import INSTALL_HINT, Runtime, build_image, find_runtime, runtime_env
 from tests.contracts.worker_003 import DesignWorker
 
 pytestmark = [pytest.mark.usefixtures("session_worker"), pytest.mark.slow(90)]

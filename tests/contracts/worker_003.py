@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from activities.container import ContainerRuntime
-from bench.container_image import Runtime
+from tests.container_image import Runtime
 
 
 @dataclass

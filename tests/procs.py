@@ -1,0 +1,131 @@
+"""Processes the tests start, and the benches reuse (bench/harness.py imports these).
+
+- `Proc` and `spawn`: a child process with its log file; `output()`, `wait_for(text)`,
+  `stop(sig, timeout)`, `kill()`. `jobforge(...)` is the command line of the CLI.
+- `wait_until`: readiness as a poll with a deadline, never a bare sleep.
+- `CHROMIUM`, `CHROMIUM_ARGS`: Debian's headless Chromium and the flags it needs here.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+# Debian's Chromium, headless, and the flags this closed network needs (without the
+# background-networking ones it keeps trying hosts it cannot reach).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.05,
+    what: str = "",
+) -> T:
+    """Poll `condition` until it returns something truthy; TimeoutError at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what or condition}: {last!r}")
+
+
+@dataclass
+class Proc:
+    """A process a test or a bench started, with the log file its output goes to."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def name(self) -> str:
+        """The log file's stem: what the process was started as."""
+        return self.log.stem
+
+    def output(self) -> str:
+        """Everything it logged so far."""
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> None:
+        """Block until `text` appears in its log; RuntimeError if it exits first."""
+
+        def logged() -> bool:
+            if text in self.output():
+                return True
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.output()[-3000:]}")
+            return False
+
+        wait_until(logged, timeout=timeout, what=f"{self.name} to log {text!r}")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 45.0) -> int:
+        """Signal it and wait for it to exit (SIGKILL if it outlives `timeout`)."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.stop(signal.SIGKILL)
+
+    def __enter__(self) -> Proc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def spawn(
+    argv: Sequence[str],
+    log: Path,
+    env: dict[str, str],
+    *,
+    cwd: Path = ROOT,
+    new_session: bool = False,
+) -> Proc:
+    """Start `argv` with stdout and stderr to `log` (truncated) and no stdin."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            list(argv),
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=new_session,
+        )
+    return Proc(process, log)
+
+
+def jobforge(*args: str) -> list[str]:
+    """The command line of `jobforge <args>` with this interpreter."""
+    return [PYTHON, "-m", "worker.cli", *args]
