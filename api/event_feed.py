@@ -8,10 +8,13 @@ the jobs updated since its cursor and emits their transitions in the order of th
 ordered sequence and an event id is a position in it: resuming after id K means
 "every transition whose key is greater than K".
 
-The poller looks at least every EVENTS_POLL_MS, and also at the moment a transition it
-holds (or one made through this process) comes out of the settle window, but never
-sooner than EVENTS_POLL_GAP_MS after its last look: at most 1000 / EVENTS_POLL_GAP_MS
-listings a second, one for all of the process's clients.
+The poller looks every EVENTS_POLL_MS. While at least one client is subscribed it also
+looks at the moment a transition it holds (or one made through this process) comes out
+of the settle window, but never sooner than EVENTS_POLL_GAP_MS after its last look: at
+most 1000 / EVENTS_POLL_GAP_MS listings a second, one for all of the process's clients.
+With no client, what it feeds (counters, the dashboard's minutes) needs every
+transition, not its latency: the regular looks alone give both the order and the
+completeness, at 1000 / EVENTS_POLL_MS listings a second.
 
 Progress (`job:progress`) is not in the jobs' histories: a running attempt's progress
 travels in its activity heartbeat. While at least one client is connected, the process
@@ -307,8 +310,9 @@ class EventFeed:
 
     def expect(self, ts: int) -> None:
         """A transition at `ts` (epoch ms) was made through this process: look when it
-        comes out of the settle window rather than at the next regular look."""
-        if len(self._expected) < EXPECTED_MAX:
+        comes out of the settle window rather than at the next regular look, if a
+        client is there to get it sooner (without one, the regular look sees it)."""
+        if self._subscribers and len(self._expected) < EXPECTED_MAX:
             heapq.heappush(self._expected, ts)
             self._wake.set()
 
@@ -319,17 +323,18 @@ class EventFeed:
         return min(max(cfg.settle_ms, self.lag_ms + cfg.lag_margin_ms), cfg.settle_max_ms)
 
     def next_look(self, last: int) -> int:
-        """When to look next (epoch ms) after a look that started at `last`: when the
-        first held or expected transition comes out of the settle window, at the latest
-        `poll_ms` after `last`, and never sooner than `min_gap_ms` after it."""
+        """When to look next (epoch ms) after a look that started at `last`: `poll_ms`
+        after it, or, while a client is subscribed, when the first held or expected
+        transition comes out of the settle window if that is sooner; never sooner than
+        `min_gap_ms` after `last`."""
         cfg = self.settings
         settle = self.settle_ms
         while self._expected and self._expected[0] + settle < last:
             heapq.heappop(self._expected)  # the look at `last` saw it settled
         due = last + cfg.poll_ms
-        if self._waiting:
+        if self._subscribers and self._waiting:
             due = min(due, min(key.ts for key in self._waiting) + int(settle) + 1)
-        if self._expected:
+        if self._subscribers and self._expected:
             due = min(due, self._expected[0] + int(settle) + 1)
         return max(due, last + cfg.min_gap_ms)
 
