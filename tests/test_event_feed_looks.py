@@ -1,8 +1,9 @@
-"""When the event feed looks at visibility, in process: every EVENTS_POLL_MS, and while a
-client is subscribed also when a held transition comes out of the settle window or one
-made through this process does; never twice within EVENTS_POLL_GAP_MS. The visibility
-lag it learns from: only what a look actually missed. And what a client gets: the
-events that came at once, in one batch."""
+"""When the event feed looks at visibility, in process: while a client is subscribed,
+every EVENTS_POLL_MS and also when a held transition comes out of the settle window or
+one made through this process does, never twice within EVENTS_POLL_GAP_MS; while none
+is, every EVENTS_IDLE_POLL_MS, and a client that comes wakes it. The visibility lag it
+learns from: only what a look actually missed. And what a client gets: the events that
+came at once, in one batch."""
 
 from __future__ import annotations
 
@@ -71,26 +72,49 @@ async def test_looks_are_never_closer_than_the_gap() -> None:
     await client.aclose()
 
 
-async def test_without_a_client_only_the_regular_looks_are_made() -> None:
+async def test_without_a_client_only_the_idle_looks_are_made() -> None:
     """What the feed serves with no client (counters, the dashboard's minutes) needs
-    every transition, which the regular looks give; a look per submit would buy
-    nothing and cost a listing each."""
+    every transition, which the idle looks give; a look per submit, or every
+    EVENTS_POLL_MS, would buy nothing and cost a listing each."""
     visibility = Visibility()
-    feed = feed_of(visibility, poll_ms=10_000, min_gap_ms=5, settle_ms=500)
+    feed = feed_of(visibility, poll_ms=5_000, idle_poll_ms=20_000, min_gap_ms=5, settle_ms=500)
     await feed.tick()
     ts = now_ms()
     visibility.rows.append(pending("held", ts))
     last = now_ms()
     await feed.tick()
     feed.expect(ts)  # made through this process
-    assert feed.next_look(last) == last + 10_000
+    assert feed.next_look(last) == last + 20_000
     # A client comes: the held transition is looked for when it settles.
     client = await a_client(feed)
     await feed.stop()
     assert feed.next_look(last) == ts + 500 + 1
-    # It leaves: the regular looks again.
+    visibility.rows.clear()
+    await feed.tick()
+    assert feed.next_look(last) == last + 5_000  # nothing held: the regular look
+    # It leaves: the idle looks again.
     await client.aclose()
-    assert feed.next_look(last) == last + 10_000
+    assert feed.next_look(last) == last + 20_000
+
+
+async def test_a_client_that_comes_wakes_an_idle_poller() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=50, idle_poll_ms=60_000, min_gap_ms=5, settle_ms=0)
+    feed.start()
+    client = None
+    try:
+        deadline = time.monotonic() + 10
+        while visibility.listings < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert visibility.listings == 1  # the next idle look is a minute away
+        client = await a_client(feed)
+        while visibility.listings < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert visibility.listings >= 3  # looking every poll_ms now
+    finally:
+        if client is not None:
+            await client.aclose()
+        await feed.stop()
 
 
 async def test_a_transition_made_through_this_process_wakes_the_poller() -> None:
