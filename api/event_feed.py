@@ -271,6 +271,8 @@ class EventFeed:
     # window: the poller looks when they come out.
     _expected: list[int] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # One look at a time: the poller's, or the one a client coming to an idle feed makes.
+    _looking: asyncio.Lock = field(default_factory=asyncio.Lock)
     _start: EventKey | None = None
     # job id → (last seq emitted, its ts, finished)
     _sent: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
@@ -365,6 +367,10 @@ class EventFeed:
 
     async def tick(self) -> None:
         """One look at visibility: emit every settled transition not emitted yet."""
+        async with self._looking:
+            await self._look()
+
+    async def _look(self) -> None:
         cursor = self.cursor
         start = self._start or cursor
         cfg = self.settings
@@ -575,6 +581,13 @@ class EventFeed:
             self.progress = progress
         self.start()
         subscriber = Subscriber(asyncio.Queue(self.settings.queue_max), accepts)
+        if not self._subscribers:
+            # The idle looks are up to EVENTS_IDLE_POLL_MS behind: one look first, so the
+            # client's live events start where a busy feed's would (settled, not older).
+            try:
+                await self.tick()
+            except Exception as err:  # Temporal unavailable: the poller keeps trying
+                log.warning("event poll failed: %s", err)
         self._subscribers.add(subscriber)
         self._wake.set()  # an idle poller's next look is closer now
         self._watch_progress()

@@ -107,10 +107,10 @@ async def test_a_client_that_comes_wakes_an_idle_poller() -> None:
         while visibility.listings < 1 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         assert visibility.listings == 1  # the next idle look is a minute away
-        client = await a_client(feed)
-        while visibility.listings < 3 and time.monotonic() < deadline:
+        client = await a_client(feed)  # (a look of its own first)
+        while visibility.listings < 4 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        assert visibility.listings >= 3  # looking every poll_ms now
+        assert visibility.listings >= 4  # looking every poll_ms now
     finally:
         if client is not None:
             await client.aclose()
@@ -123,9 +123,9 @@ async def test_a_transition_made_through_this_process_wakes_the_poller() -> None
     client = await a_client(feed)  # starts the poller
     try:
         deadline = time.monotonic() + 10
-        while visibility.listings < 1 and time.monotonic() < deadline:
+        while visibility.listings < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        assert visibility.listings == 1
+        assert visibility.listings == 2  # the poller's first, and the client's
         # The regular look is a minute away; a submit through this process is looked for
         # once it is out of the settle window, a client being there to get it.
         ts = now_ms()
@@ -166,6 +166,29 @@ async def test_the_lag_is_learnt_only_from_what_a_look_missed() -> None:
     visibility.rows.append(pending("later", third_look - 1990))
     await feed.tick()
     assert feed.settle_ms >= 1990 + 50
+
+
+async def test_a_client_coming_to_an_idle_feed_gets_only_what_settles_after_it_came() -> None:
+    """The idle looks are a second apart: the feed looks once before the first client
+    joins, so what was settled before it came is not sent to it as live."""
+    visibility = Visibility()
+    feed = feed_of(
+        visibility, poll_ms=60_000, idle_poll_ms=60_000, min_gap_ms=5, settle_ms=0, lag_margin_ms=0
+    )
+    await feed.tick()
+    ts = feed.began_ms + 1  # after the feed began, settled once the clock is past it
+    visibility.rows.append(pending("before", ts))
+    while now_ms() <= ts:
+        await asyncio.sleep(0.001)
+    sent: list[str] = []
+    feed.on_event = lambda event: sent.append(event.id)
+    batches = feed.subscribe(lambda _: True, None, idle_s=0.01)
+    try:
+        assert await anext(batches) == []  # not "before": it was sent before the client came
+        assert sent == ["before"]
+    finally:
+        await batches.aclose()
+        await feed.stop()
 
 
 async def test_a_client_gets_what_came_at_once_in_one_batch_and_an_empty_one_when_idle() -> None:
