@@ -14,9 +14,10 @@ of the settle window, but never sooner than EVENTS_POLL_GAP_MS after its last lo
 most 1000 / EVENTS_POLL_GAP_MS listings a second, one for all of the process's clients.
 With no client, what it feeds (counters, the dashboard's minutes) needs every
 transition but not within a second: it looks every EVENTS_IDLE_POLL_MS only, and a
-client that connects wakes it. Each look re-reads the jobs updated in the look-back
-(2 s), and a listed row costs the server about 0.5 ms of CPU, so at 100 ms a job's row
-was read some 25 times: 12 ms of server CPU per job of a 30 jobs/s stream.
+client that connects wakes it (and the first one is let in after a look, so its live
+events start where a busy feed's would). Each look re-reads the jobs updated in the
+look-back (2 s), and a listed row costs the server about half a millisecond of CPU
+(bench.list_at_scale), so every 100 ms a short job's row would be listed some 20 times.
 
 Progress (`job:progress`) is not in the jobs' histories: a running attempt's progress
 travels in its activity heartbeat. While at least one client is connected, the process
