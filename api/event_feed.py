@@ -17,7 +17,7 @@ transition but not within a second: it looks every EVENTS_IDLE_POLL_MS only, and
 client that connects wakes it (and the first one is let in after a look, so its live
 events start where a busy feed's would). Each look re-reads the jobs updated in the
 look-back (2 s), and a listed row costs the server about half a millisecond of CPU
-(bench.list_at_scale), so every 100 ms a short job's row would be listed some 20 times.
+(bench.feed_listing), so every 100 ms a short job's row would be listed some 20 times.
 
 Progress (`job:progress`) is not in the jobs' histories: a running attempt's progress
 travels in its activity heartbeat. While at least one client is connected, the process
