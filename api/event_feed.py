@@ -8,10 +8,16 @@ the jobs updated since its cursor and emits their transitions in the order of th
 ordered sequence and an event id is a position in it: resuming after id K means
 "every transition whose key is greater than K".
 
-The poller looks at least every EVENTS_POLL_MS, and also at the moment a transition it
-holds (or one made through this process) comes out of the settle window, but never
-sooner than EVENTS_POLL_GAP_MS after its last look: at most 1000 / EVENTS_POLL_GAP_MS
-listings a second, one for all of the process's clients.
+While at least one client is subscribed, the poller looks every EVENTS_POLL_MS, and
+also at the moment a transition it holds (or one made through this process) comes out
+of the settle window, but never sooner than EVENTS_POLL_GAP_MS after its last look: at
+most 1000 / EVENTS_POLL_GAP_MS listings a second, one for all of the process's clients.
+With no client, what it feeds (counters, the dashboard's minutes) needs every
+transition but not within a second: it looks every EVENTS_IDLE_POLL_MS only, and a
+client that connects wakes it (and the first one is let in after a look, so its live
+events start where a busy feed's would). Each look re-reads the jobs updated in the
+look-back (2 s), and a listed row costs the server about half a millisecond of CPU
+(bench.feed_listing), so every 100 ms a short job's row would be listed some 20 times.
 
 Progress (`job:progress`) is not in the jobs' histories: a running attempt's progress
 travels in its activity heartbeat. While at least one client is connected, the process
@@ -195,8 +201,10 @@ def _iso(ms: int) -> str:
 class FeedSettings:
     """Timing of the poller."""
 
-    # EVENTS_POLL_MS: a look at visibility at least this often.
+    # EVENTS_POLL_MS: a look at visibility at least this often while a client is
+    # subscribed; EVENTS_IDLE_POLL_MS (at least as long): while none is.
     poll_ms: int = 100
+    idle_poll_ms: int = 1000
     # EVENTS_POLL_GAP_MS: looks are at least this far apart, even when transitions come
     # out of the settle window sooner (a bound on the listings a second).
     min_gap_ms: int = 25
@@ -264,6 +272,8 @@ class EventFeed:
     # window: the poller looks when they come out.
     _expected: list[int] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # One look at a time: the poller's, or the one a client coming to an idle feed makes.
+    _looking: asyncio.Lock = field(default_factory=asyncio.Lock)
     _start: EventKey | None = None
     # job id → (last seq emitted, its ts, finished)
     _sent: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
@@ -307,8 +317,9 @@ class EventFeed:
 
     def expect(self, ts: int) -> None:
         """A transition at `ts` (epoch ms) was made through this process: look when it
-        comes out of the settle window rather than at the next regular look."""
-        if len(self._expected) < EXPECTED_MAX:
+        comes out of the settle window rather than at the next regular look, if a
+        client is there to get it sooner (without one, the regular look sees it)."""
+        if self._subscribers and len(self._expected) < EXPECTED_MAX:
             heapq.heappush(self._expected, ts)
             self._wake.set()
 
@@ -319,13 +330,16 @@ class EventFeed:
         return min(max(cfg.settle_ms, self.lag_ms + cfg.lag_margin_ms), cfg.settle_max_ms)
 
     def next_look(self, last: int) -> int:
-        """When to look next (epoch ms) after a look that started at `last`: when the
-        first held or expected transition comes out of the settle window, at the latest
-        `poll_ms` after `last`, and never sooner than `min_gap_ms` after it."""
+        """When to look next (epoch ms) after a look that started at `last`. While a
+        client is subscribed: `poll_ms` after it, or sooner when the first held or
+        expected transition comes out of the settle window; never sooner than
+        `min_gap_ms` after `last`. While none is: `idle_poll_ms` after it."""
         cfg = self.settings
         settle = self.settle_ms
         while self._expected and self._expected[0] + settle < last:
             heapq.heappop(self._expected)  # the look at `last` saw it settled
+        if not self._subscribers:
+            return last + max(cfg.poll_ms, cfg.idle_poll_ms, cfg.min_gap_ms)
         due = last + cfg.poll_ms
         if self._waiting:
             due = min(due, min(key.ts for key in self._waiting) + int(settle) + 1)
@@ -354,6 +368,10 @@ class EventFeed:
 
     async def tick(self) -> None:
         """One look at visibility: emit every settled transition not emitted yet."""
+        async with self._looking:
+            await self._look()
+
+    async def _look(self) -> None:
         cursor = self.cursor
         start = self._start or cursor
         cfg = self.settings
@@ -564,7 +582,15 @@ class EventFeed:
             self.progress = progress
         self.start()
         subscriber = Subscriber(asyncio.Queue(self.settings.queue_max), accepts)
+        if not self._subscribers:
+            # The idle looks are up to EVENTS_IDLE_POLL_MS behind: one look first, so the
+            # client's live events start where a busy feed's would (settled, not older).
+            try:
+                await self.tick()
+            except Exception as err:  # Temporal unavailable: the poller keeps trying
+                log.warning("event poll failed: %s", err)
         self._subscribers.add(subscriber)
+        self._wake.set()  # an idle poller's next look is closer now
         self._watch_progress()
         try:
             resume = EventKey.parse(last_event_id) if last_event_id else None

@@ -116,6 +116,7 @@ def create_app(
             job_service,
             FeedSettings(
                 poll_ms=settings.events_poll_ms,
+                idle_poll_ms=settings.events_idle_poll_ms,
                 min_gap_ms=settings.events_poll_gap_ms,
                 settle_ms=settings.events_settle_ms,
             ),

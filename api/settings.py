@@ -58,10 +58,15 @@ class ApiSettings(BaseSettings):
     # /metrics without a token shows every tenant's counts and task queues (the
     # operator's scrape); true: it needs a token, and a tenant's shows its own only.
     metrics_require_token: bool = Field(default=False, validation_alias="METRICS_REQUIRE_TOKEN")
-    # The event feed looks at visibility at least every EVENTS_POLL_MS, and sooner when a
-    # transition comes out of the settle window, but never twice within
-    # EVENTS_POLL_GAP_MS (at most 1000 / EVENTS_POLL_GAP_MS listings a second).
+    # While an SSE client is connected, the event feed looks at visibility at least every
+    # EVENTS_POLL_MS, and sooner when a transition comes out of the settle window, but
+    # never twice within EVENTS_POLL_GAP_MS (at most 1000 / EVENTS_POLL_GAP_MS listings a
+    # second); with none, every EVENTS_IDLE_POLL_MS (its counters and charts need every
+    # transition, not within the second).
     events_poll_ms: int = Field(default=100, ge=10, le=10_000, validation_alias="EVENTS_POLL_MS")
+    events_idle_poll_ms: int = Field(
+        default=1000, ge=10, le=60_000, validation_alias="EVENTS_IDLE_POLL_MS"
+    )
     events_poll_gap_ms: int = Field(
         default=25, ge=5, le=10_000, validation_alias="EVENTS_POLL_GAP_MS"
     )

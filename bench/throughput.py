@@ -40,6 +40,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench import bare
+from bench.event_latency import POLLS_METRIC, feed_metrics
 from bench.harness import (
     NOOP_SOLVER,
     Bench,
@@ -70,6 +71,8 @@ class Phase:
     seconds: float
     submit_seconds: float
     cpu: dict[str, float]
+    # Visibility listings the API's event feed made in the window (jobforge only).
+    listings: float | None = None
 
 
 def _iso(ts: float) -> str:
@@ -145,8 +148,10 @@ async def measure(
     args: argparse.Namespace,
     submit: Callable[[int], Awaitable[str]],
     meter: CpuMeter,
+    listings: Callable[[], Awaitable[float | None]] | None = None,
 ) -> Phase:
-    """Warm up, then time one batch from its first submit to its last close."""
+    """Warm up, then time one batch from its first submit to its last close;
+    `listings` (a counter read at both ends of the window) is given as its delta."""
     completed = f"WorkflowType='{workflow_type}' AND ExecutionStatus='Completed'"
     baseline = (await client.count_workflows(completed)).count
     if args.warmup:
@@ -154,13 +159,16 @@ async def measure(
         await wait_completed(client, workflow_type, baseline + args.warmup, args.timeout)
     await asyncio.sleep(0.5)  # let the warm-up's trailing work settle
     baseline = (await client.count_workflows(completed)).count
+    listed_before = await listings() if listings is not None else None
     meter.start()
     first_submit = time.time()
     ids, submit_seconds = await run_batch(args.jobs, args.concurrency, submit)
     await wait_completed(client, workflow_type, baseline + args.jobs, args.timeout)
     cpu = meter.stop()
+    listed_after = await listings() if listings is not None else None
     end = await last_close(client, workflow_type, ids, first_submit)
-    return Phase(name, ids, end - first_submit, submit_seconds, cpu)
+    listed = None if listed_before is None or listed_after is None else listed_after - listed_before
+    return Phase(name, ids, end - first_submit, submit_seconds, cpu, listed)
 
 
 async def event_counts(client: Client, ids: list[str], sample: int) -> tuple[Counter[str], int]:
@@ -225,6 +233,11 @@ def print_cpu(phase: Phase, jobs: int) -> None:
     ]
     total = sum(phase.cpu.values())
     print(f"  cpu during {phase.name} window: " + ", ".join(parts))
+    if phase.listings is not None:
+        print(
+            f"  event feed visibility listings in the window: {phase.listings:.0f} "
+            f"({phase.listings / phase.seconds:.1f}/s)"
+        )
     print(
         f"  cpu total {total:.1f} s = {total / jobs * 1000:.1f} ms/job "
         f"(wall {phase.seconds:.1f} s x {os.cpu_count()} cores = "
@@ -250,7 +263,10 @@ async def jobforge_phase(bench: Bench, client: Client) -> Phase:
             async def submit(index: int) -> str:
                 return await submit_job(http, JOB_TYPE, {"i": index})
 
-            return await measure("jobforge", client, JOB_WORKFLOW, args, submit, meter)
+            async def listings() -> float | None:
+                return (await feed_metrics(http)).get(POLLS_METRIC)
+
+            return await measure("jobforge", client, JOB_WORKFLOW, args, submit, meter, listings)
 
 
 async def bare_phase(bench: Bench, client: Client) -> Phase:

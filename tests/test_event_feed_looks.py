@@ -1,13 +1,15 @@
-"""When the event feed looks at visibility, in process: when a held transition comes out
-of the settle window, when one made through this process does, and otherwise every
-EVENTS_POLL_MS; never twice within EVENTS_POLL_GAP_MS. The visibility lag it learns
-from: only what a look actually missed. And what a client gets: the events that came
-at once, in one batch."""
+"""When the event feed looks at visibility, in process: while a client is subscribed,
+every EVENTS_POLL_MS and also when a held transition comes out of the settle window or
+one made through this process does, never twice within EVENTS_POLL_GAP_MS; while none
+is, every EVENTS_IDLE_POLL_MS, and a client that comes wakes it. The visibility lag it
+learns from: only what a look actually missed. And what a client gets: the events that
+came at once, in one batch."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncGenerator
 from typing import cast
 
 from temporalio.client import Client
@@ -31,9 +33,18 @@ def feed_of(visibility: Visibility, **settings: int) -> EventFeed:
     return EventFeed(cast(Client, visibility), cast(JobService, None), FeedSettings(**settings))
 
 
+async def a_client(feed: EventFeed) -> AsyncGenerator[list[JobEvent], None]:
+    """A client subscribed to `feed`, which it leaves with `aclose()`."""
+    batches = feed.subscribe(lambda _: True, None, idle_s=0.01)
+    assert await anext(batches) == []  # subscribed: the keep-alive's turn came
+    return batches
+
+
 async def test_a_held_transition_is_looked_for_when_it_settles_not_at_the_next_poll() -> None:
     visibility = Visibility()
     feed = feed_of(visibility, poll_ms=10_000, min_gap_ms=5, settle_ms=500)
+    client = await a_client(feed)
+    await feed.stop()  # the test's looks are the only ones
     await feed.tick()
     ts = now_ms()
     visibility.rows.append(pending("a", ts))
@@ -44,30 +55,79 @@ async def test_a_held_transition_is_looked_for_when_it_settles_not_at_the_next_p
     visibility.rows.clear()
     await feed.tick()
     assert feed.next_look(last) == last + 10_000
+    await client.aclose()
 
 
 async def test_looks_are_never_closer_than_the_gap() -> None:
     visibility = Visibility()
     feed = feed_of(visibility, poll_ms=10_000, min_gap_ms=300, settle_ms=0)
+    client = await a_client(feed)
+    await feed.stop()
     await feed.tick()
     last = now_ms()
     visibility.rows.append(pending("a", last + 50))  # held until 50 ms from now
     await feed.tick()
     feed.expect(last + 20)
     assert feed.next_look(last) == last + 300
+    await client.aclose()
+
+
+async def test_without_a_client_only_the_idle_looks_are_made() -> None:
+    """What the feed serves with no client (counters, the dashboard's minutes) needs
+    every transition, which the idle looks give; a look per submit, or every
+    EVENTS_POLL_MS, would buy nothing and cost a listing each."""
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=5_000, idle_poll_ms=20_000, min_gap_ms=5, settle_ms=500)
+    await feed.tick()
+    ts = now_ms()
+    visibility.rows.append(pending("held", ts))
+    last = now_ms()
+    await feed.tick()
+    feed.expect(ts)  # made through this process
+    assert feed.next_look(last) == last + 20_000
+    # A client comes: the held transition is looked for when it settles.
+    client = await a_client(feed)
+    await feed.stop()
+    assert feed.next_look(last) == ts + 500 + 1
+    visibility.rows.clear()
+    await feed.tick()
+    assert feed.next_look(last) == last + 5_000  # nothing held: the regular look
+    # It leaves: the idle looks again.
+    await client.aclose()
+    assert feed.next_look(last) == last + 20_000
+
+
+async def test_a_client_that_comes_wakes_an_idle_poller() -> None:
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=50, idle_poll_ms=60_000, min_gap_ms=5, settle_ms=0)
+    feed.start()
+    client = None
+    try:
+        deadline = time.monotonic() + 10
+        while visibility.listings < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert visibility.listings == 1  # the next idle look is a minute away
+        client = await a_client(feed)  # (a look of its own first)
+        while visibility.listings < 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert visibility.listings >= 4  # looking every poll_ms now
+    finally:
+        if client is not None:
+            await client.aclose()
+        await feed.stop()
 
 
 async def test_a_transition_made_through_this_process_wakes_the_poller() -> None:
     visibility = Visibility()
     feed = feed_of(visibility, poll_ms=60_000, min_gap_ms=5, settle_ms=50)
-    feed.start()
+    client = await a_client(feed)  # starts the poller
     try:
         deadline = time.monotonic() + 10
-        while visibility.listings < 1 and time.monotonic() < deadline:
+        while visibility.listings < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        assert visibility.listings == 1
+        assert visibility.listings == 2  # the poller's first, and the client's
         # The regular look is a minute away; a submit through this process is looked for
-        # once it is out of the settle window.
+        # once it is out of the settle window, a client being there to get it.
         ts = now_ms()
         visibility.rows.append(pending("submitted", ts))
         feed.expect(ts)
@@ -77,6 +137,7 @@ async def test_a_transition_made_through_this_process_wakes_the_poller() -> None
             await asyncio.sleep(0.01)
         assert sent == ["submitted"]
     finally:
+        await client.aclose()
         await feed.stop()
 
 
@@ -105,6 +166,29 @@ async def test_the_lag_is_learnt_only_from_what_a_look_missed() -> None:
     visibility.rows.append(pending("later", third_look - 1990))
     await feed.tick()
     assert feed.settle_ms >= 1990 + 50
+
+
+async def test_a_client_coming_to_an_idle_feed_gets_only_what_settles_after_it_came() -> None:
+    """The idle looks are a second apart: the feed looks once before the first client
+    joins, so what was settled before it came is not sent to it as live."""
+    visibility = Visibility()
+    feed = feed_of(
+        visibility, poll_ms=60_000, idle_poll_ms=60_000, min_gap_ms=5, settle_ms=0, lag_margin_ms=0
+    )
+    await feed.tick()
+    ts = feed.began_ms + 1  # after the feed began, settled once the clock is past it
+    visibility.rows.append(pending("before", ts))
+    while now_ms() <= ts:
+        await asyncio.sleep(0.001)
+    sent: list[str] = []
+    feed.on_event = lambda event: sent.append(event.id)
+    batches = feed.subscribe(lambda _: True, None, idle_s=0.01)
+    try:
+        assert await anext(batches) == []  # not "before": it was sent before the client came
+        assert sent == ["before"]
+    finally:
+        await batches.aclose()
+        await feed.stop()
 
 
 async def test_a_client_gets_what_came_at_once_in_one_batch_and_an_empty_one_when_idle() -> None:
