@@ -22,7 +22,7 @@ import time
 
 from temporalio.client import Client
 
-from api import visibility
+from api import visibility_queries as visibility
 from api.event_feed import _iso
 from bench.harness import (
     Bench,
