@@ -177,6 +177,34 @@ def test_a_short_agent_job_is_recorded_assigned_running_and_ended_from_its_repor
     assert report_signals(temporal, job_id) == 0
 
 
+def test_a_heartbeat_and_a_result_on_two_replicas_record_the_job_in_order(
+    hub: Api, job_type: str, start_api: Callable[..., Api]
+) -> None:
+    # The heartbeat's replica holds the running report; the result reaches the other,
+    # which knows no start time: the job is recorded running at its result. The held
+    # report then finds the job closed, which changes nothing.
+    other = start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=QUEUE_PREFIX, JOB_HEARTBEAT_TIMEOUT_S=HEARTBEAT_TIMEOUT_S
+    )
+    job_id = hub.submit(type=job_type, params={})
+    assert claimed(hub, "agent-m", job_type)["id"] == job_id
+    before = time.time() * 1000
+    beat = other.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-m"})
+    assert beat.status_code == 204, beat.text
+    body = {"worker_id": "agent-m", "result": {"r": 1}}
+    assert hub.http.post(f"/api/jobs/{job_id}/result", json=body).status_code == 200
+
+    job = hub.wait_status(job_id, "completed")
+    moves = [(t["status"], t["ts"]) for t in job["transitions"]]
+    assert [status for status, _ in moves] == ["pending", "assigned", "running", "completed"]
+    assert [ts for _, ts in moves] == sorted(ts for _, ts in moves)
+    assert before <= job["heartbeat_at"] <= moves[-1][1]
+    assert (job["result"], job["attempts"]) == ({"r": 1}, 1)
+    # Both replicas still serve the job's reads and the next claims.
+    assert other.job(job_id)["status"] == "completed"
+    assert claim(other, "agent-m", types=[job_type], wait=0).status_code == 204
+
+
 @pytest.mark.parametrize("grouped", [False, True], ids=["ungated", "grouped"])
 def test_a_claim_answers_the_job_exactly_as_a_read_right_after_it_shows_it(
     hub: Api, job_type: str, grouped: bool
