@@ -549,16 +549,22 @@ class Bridge:
                 log.warning("running report of %s not sent: %s", job_id, err)
 
     async def _settle_report(self, job: Job | Holding) -> int | None:
-        """The attempt is ending: a report still held is not sent, and the start time
-        it holds is returned for the result or failure to carry; one under way is
-        waited for (the workflow sees `running` before the end, as it happened)."""
-        held = self._reports.pop((job.id, job.attempt), None)
-        if held is None or held.task is None:
+        """The attempt is ending: a report still held is not sent, and one under way is
+        waited for (the workflow sees `running` before the end, as it happened). The
+        start time it holds is returned for the result or failure to carry, and kept
+        for a retry of an end report that did not go through (until `_drop_report`)."""
+        key = (job.id, job.attempt)
+        held = self._reports.get(key)
+        if held is None:
             return None
-        if not held.sending:
-            held.task.cancel()
-            return held.report.started_at
-        await asyncio.shield(held.task)
+        if held.task is not None:
+            if held.sending:
+                await asyncio.shield(held.task)
+            else:
+                held.task.cancel()
+                loop = asyncio.get_running_loop()
+                loop.call_later(SENT_REPORT_KEPT_S, self._forget_report, key, held)
+            held.task = None
         return held.report.started_at
 
     def _drop_report(self, job: Job | Holding) -> None:
@@ -602,12 +608,14 @@ class Bridge:
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
+            self._drop_report(held)
             # A concurrent duplicate may have completed it a moment ago.
             latest = await self._jobs.get(job_id)
             if latest.status == JobStatus.COMPLETED:
                 self._same_result(latest, key)
                 return
             raise _attempt_over(job_id) from err
+        self._drop_report(held)
 
     @staticmethod
     def _same_result(job: Job, key: str) -> None:
@@ -640,7 +648,9 @@ class Bridge:
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
+            self._drop_report(job)
             raise _attempt_over(job_id) from err
+        self._drop_report(job)
         final = Failure.parse(reason).final
         return (
             JobStatus.QUARANTINED
