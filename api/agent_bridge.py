@@ -40,6 +40,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.attempt import RUNNING_REPORT_DELAY_S
 from api.job_service import QUERY_TIMEOUT, JobService
 from api.tenancy import EVERY, Scope
 from engine.clock import now_ms
@@ -47,6 +48,7 @@ from engine.connection import Route, TemporalSettings
 from engine.hosts import HostSettings
 from workflows import search_attributes
 from workflows.errors import (
+    AttemptFailureDetails,
     ErrorType,
     Failure,
     HostNotAvailable,
@@ -74,6 +76,9 @@ CLAIM_UPDATE_TIMEOUT = timedelta(seconds=10)
 # A claim that took more than this share of the attempt's heartbeat timeout (a busy
 # workflow worker) heartbeats the attempt before it answers.
 SLOW_CLAIM_SHARE = 0.25
+# How long a sent `running` report stays known: a heartbeat that still reads `assigned`
+# (the report not applied yet) does not hold another one.
+SENT_REPORT_KEPT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,17 @@ class Holding:
         return cls(job.id, job.attempt, job.status)
 
 
+@dataclass
+class HeldReport:
+    """An attempt's `running` report, held after its first heartbeat as a native worker
+    holds its own: sent after RUNNING_REPORT_DELAY_S unless the attempt ends first, when
+    its result or failure carries the start time instead."""
+
+    report: AttemptReport
+    task: asyncio.Task[None] | None = None
+    sending: bool = False
+
+
 # Statuses a describe can take as held (a stop asked, or a cancel, takes a read).
 _PLAINLY_HELD = frozenset(status.value for status in CLAIMED)
 ATTEMPT_ID_PREFIX = attempt_activity_id(0).removesuffix("0")
@@ -167,6 +183,8 @@ class Bridge:
         self._hosts = hosts or HostSettings()
         self._pumps: dict[str, QueuePump] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # `running` reports held, by job id and attempt (this replica's heartbeats).
+        self._reports: dict[tuple[str, int], HeldReport] = {}
         self._identity = f"{BRIDGE_IDENTITY_PREFIX}{socket.gethostname()}"
 
     # -- claim ---------------------------------------------------------------------
@@ -276,10 +294,11 @@ class Bridge:
             pump.polls += 1
             self._spawn(self._poll(pump))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _poll(self, pump: QueuePump) -> None:
         try:
@@ -449,33 +468,110 @@ class Bridge:
         )
 
     async def heartbeat(
-        self, job_id: str, worker_id: str, progress: JsonValue, scope: Scope = EVERY
+        self,
+        job_id: str,
+        worker_id: str,
+        progress: JsonValue,
+        scope: Scope = EVERY,
+        *,
+        hold_running: bool = True,
     ) -> None:
         """Keep the attempt alive; the first heartbeat moves the job to running. Another
-        tenant's job than `scope`'s is a 404, here and in `result` and `fail`."""
+        tenant's job than `scope`'s is a 404, here and in `result` and `fail`.
+
+        As a native worker does, the `running` report goes out RUNNING_REPORT_DELAY_S
+        after the first heartbeat, only if the attempt has not ended by then: a short
+        job's result carries its start time instead (one signal and one workflow task
+        fewer). `hold_running=False`: sent at once (a design's explicit status report).
+        """
         held = await self._holding(job_id, worker_id, scope)
         if held is None:
             held = Holding.of(await self._held_by(job_id, worker_id, scope=scope))
         handle = self._attempt_activity(held)
+        started = now_ms()
         try:
-            if held.status == JobStatus.ASSIGNED:
-                # The claim is applied: the report's claim time and host go unused.
-                started = now_ms()
-                report = AttemptReport(
-                    attempt=held.attempt,
-                    worker_id=worker_id,
-                    phase="running",
-                    claimed_at=started,
-                    started_at=started,
-                )
+            if held.status == JobStatus.ASSIGNED and not hold_running:
+                report = self._running_report(held, worker_id, started)
                 await self._client.get_workflow_handle(held.id).signal(REPORT_SIGNAL, report)
             await handle.heartbeat(*([_stamped(progress)] if progress is not None else []))
         except AsyncActivityCancelledError as err:
+            self._drop_report(held)
             raise _cancelled(job_id) from err
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
+            self._drop_report(held)
             raise _attempt_over(job_id) from err
+        if held.status == JobStatus.ASSIGNED and hold_running:
+            self._hold_running(held.id, self._running_report(held, worker_id, started))
+        elif held.status != JobStatus.ASSIGNED:
+            self._drop_report(held)  # reported running: by another replica, say
+
+    @staticmethod
+    def _running_report(held: Holding, worker_id: str, started: int) -> AttemptReport:
+        # The claim is applied: the report's claim time and host go unused.
+        return AttemptReport(
+            attempt=held.attempt,
+            worker_id=worker_id,
+            phase="running",
+            claimed_at=started,
+            started_at=started,
+        )
+
+    def _hold_running(self, job_id: str, report: AttemptReport) -> None:
+        """Hold the attempt's `running` report, unless one is held or sent already."""
+        key = (job_id, report.attempt)
+        if key not in self._reports:
+            held = HeldReport(report)
+            self._reports[key] = held
+            held.task = self._spawn(self._send_later(key, held))
+
+    async def _send_later(self, key: tuple[str, int], held: HeldReport) -> None:
+        await asyncio.sleep(RUNNING_REPORT_DELAY_S)
+        held.sending = True
+        await self._report_running(key[0], held.report)
+        # Kept a while, then forgotten (a job whose agent went silent, say).
+        loop = asyncio.get_running_loop()
+        loop.call_later(SENT_REPORT_KEPT_S, self._forget_report, key, held)
+
+    def _forget_report(self, key: tuple[str, int], held: HeldReport) -> None:
+        if self._reports.get(key) is held:
+            del self._reports[key]
+
+    async def _report_running(self, job_id: str, report: AttemptReport) -> None:
+        """Send a `running` report. A job that ended meanwhile (its result reached
+        another replica) has no use for it: a closed workflow is not found, and a
+        running one ignores a report of an attempt that is not its current one."""
+        try:
+            await self._client.get_workflow_handle(job_id).signal(REPORT_SIGNAL, report)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                log.warning("running report of %s not sent: %s", job_id, err)
+
+    async def _settle_report(self, job: Job | Holding) -> int | None:
+        """The attempt is ending: a report still held is not sent, and one under way is
+        waited for (the workflow sees `running` before the end, as it happened). The
+        start time it holds is returned for the result or failure to carry, and kept
+        for a retry of an end report that did not go through (until `_drop_report`)."""
+        key = (job.id, job.attempt)
+        held = self._reports.get(key)
+        if held is None:
+            return None
+        if held.task is not None:
+            if held.sending:
+                await asyncio.shield(held.task)
+            else:
+                held.task.cancel()
+                loop = asyncio.get_running_loop()
+                loop.call_later(SENT_REPORT_KEPT_S, self._forget_report, key, held)
+            held.task = None
+        return held.report.started_at
+
+    def _drop_report(self, job: Job | Holding) -> None:
+        """The attempt ended (cancelled, stopped, over): its held report is not sent."""
+        held = self._reports.pop((job.id, job.attempt), None)
+        if held is not None and held.task is not None and not held.sending:
+            held.task.cancel()
 
     async def result(
         self,
@@ -498,19 +594,28 @@ class Bridge:
             held = Holding.of(await self._held_by(job_id, worker_id, job))
         handle = self._attempt_activity(held)
         outcome = AttemptResult(
-            worker_id=worker_id, result=result, result_hash=computed, result_key=key
+            worker_id=worker_id,
+            result=result,
+            result_hash=computed,
+            result_key=key,
+            # A job whose running report was held here: the workflow records `running`
+            # at its first heartbeat. Without one (no heartbeat, or it reached another
+            # replica), a job still `assigned` is recorded running at its result.
+            started_at=await self._settle_report(held),
         )
         try:
             await handle.complete(outcome)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
+            self._drop_report(held)
             # A concurrent duplicate may have completed it a moment ago.
             latest = await self._jobs.get(job_id)
             if latest.status == JobStatus.COMPLETED:
                 self._same_result(latest, key)
                 return
             raise _attempt_over(job_id) from err
+        self._drop_report(held)
 
     @staticmethod
     def _same_result(job: Job, key: str) -> None:
@@ -529,17 +634,23 @@ class Bridge:
             and job.status in (JobStatus.STOP_REQUESTED, JobStatus.STOPPED)
             and job.worker_id == worker_id
         ):
+            self._drop_report(job)
             if job.status == JobStatus.STOP_REQUESTED:
                 await self._stopped(job)
             return JobStatus.STOPPED
         job = await self._held_by(job_id, worker_id, job)
         handle = self._attempt_activity(job)
+        # As a result does, the failure carries a held report's start time.
+        started_at = await self._settle_report(job)
+        details = [AttemptFailureDetails(started_at=started_at)] if started_at else []
         try:
-            await handle.fail(ApplicationError(reason, type=ErrorType.AGENT_FAILURE))
+            await handle.fail(ApplicationError(reason, *details, type=ErrorType.AGENT_FAILURE))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
+            self._drop_report(job)
             raise _attempt_over(job_id) from err
+        self._drop_report(job)
         final = Failure.parse(reason).final
         return (
             JobStatus.QUARANTINED
@@ -557,6 +668,8 @@ class Bridge:
         self, job_id: str, attempt: int, worker_id: str | None, limit_s: float
     ) -> None:
         await asyncio.sleep(limit_s)
+        if (job_id, attempt) in self._reports:
+            return  # its claimer reported running here: the report is held or sent
         job = await self._jobs.get(job_id)
         if not (
             job.status == JobStatus.ASSIGNED

@@ -215,7 +215,8 @@ async def run(bench: Bench) -> None:
         "  not in history: per agent job, 1 claim, "
         f"{'1 heartbeat, ' if args.heartbeat else ''}1 result call to the API (on Temporal: "
         "the bridge's poll and claim update; "
-        f"{'a describe, a signal and a heartbeat; ' if args.heartbeat else ''}"
+        # The running signal only for a job still running 0.5 s after its heartbeat.
+        f"{'a describe and a heartbeat; ' if args.heartbeat else ''}"
         "a describe and the completion); per native job, 1 solver process"
     )
     print()

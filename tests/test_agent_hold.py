@@ -1,10 +1,12 @@
 """An HTTP agent's hold on its attempt lasts until its report is answered: in process,
 the agent heartbeats through its final log flush, and the bridge gives a claimer the
-whole heartbeat timeout when the claim itself was slow."""
+whole heartbeat timeout when the claim itself was slow. And the bridge's held `running`
+report: sent once after the delay, never for an attempt that ended first."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -17,15 +19,17 @@ from google.protobuf.duration_pb2 import Duration
 from temporalio.api.common.v1 import Payloads
 from temporalio.api.workflowservice.v1 import PollActivityTaskQueueResponse
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
-from api.agent_bridge import Bridge, ClaimTiming, Delivery, QueuePump
+from api.agent_bridge import Bridge, ClaimTiming, Delivery, Holding, QueuePump
 from api.job_service import JobService
 from engine.connection import DATA_CONVERTER, TemporalSettings
 from worker.agent import Agent, AgentSettings
 from worker.hub_client import HubSettings
 from worker.settings import SolverSettings, WorkerSettings
 from workflows.job_states import JobStatus
-from workflows.models import AttemptInput, ClaimedJob, Job
+from workflows.models import AttemptInput, AttemptReport, ClaimedJob, Job
+from workflows.names import REPORT_SIGNAL
 
 HEARTBEAT_TIMEOUT_MS = 600
 JOB_FIELDS: dict[str, Any] = {
@@ -179,3 +183,83 @@ async def test_a_quick_claim_costs_no_heartbeat() -> None:
     assert claimed is not None
     assert claimed.heartbeat_timeout_ms == HEARTBEAT_TIMEOUT_MS
     assert temporal.heartbeats == 0
+
+
+# -- the held running report -------------------------------------------------------------
+
+
+@dataclass
+class FakeSignals:
+    """A job's workflow as the held running report meets it: each signal is recorded,
+    or refused with `refusal` (a closed workflow: NOT_FOUND)."""
+
+    refusal: RPCError | None = None
+    sent: list[AttemptReport] = field(default_factory=list)
+    signalled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def get_workflow_handle(self, workflow_id: str) -> FakeSignals:
+        assert workflow_id == "j1"
+        return self
+
+    async def signal(self, name: str, report: AttemptReport) -> None:
+        assert name == REPORT_SIGNAL
+        self.signalled.set()
+        if self.refusal is not None:
+            raise self.refusal
+        self.sent.append(report)
+
+
+def held_bridge(fake: FakeSignals) -> tuple[Bridge, AttemptReport]:
+    bridge = Bridge(cast(Client, fake), TemporalSettings(), cast(JobService, None))
+    report = AttemptReport(
+        attempt=1, worker_id="w1", phase="running", claimed_at=1000, started_at=1000
+    )
+    bridge._hold_running("j1", report)
+    return bridge, report
+
+
+async def test_a_held_running_report_goes_out_after_the_delay_once() -> None:
+    fake = FakeSignals()
+    bridge, report = held_bridge(fake)
+    bridge._hold_running("j1", report.model_copy(update={"started_at": 2000}))
+
+    await asyncio.wait_for(fake.signalled.wait(), 10)
+    (held,) = bridge._reports.values()
+    assert held.task is not None
+    await held.task
+    # One report, the first heartbeat's; the attempt's end then carries the time too.
+    assert fake.sent == [report]
+    assert await bridge._settle_report(Holding("j1", 1, JobStatus.RUNNING)) == 1000
+
+
+async def test_an_attempt_that_ends_within_the_delay_sends_no_report_but_carries_its_start() -> (
+    None
+):
+    fake = FakeSignals()
+    bridge, _ = held_bridge(fake)
+    (held,) = bridge._reports.values()
+
+    task = held.task
+    assert task is not None
+    attempt = Holding("j1", 1, JobStatus.ASSIGNED)
+    assert await bridge._settle_report(attempt) == 1000
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    # A result whose completion did not go through is retried with the same start.
+    assert await bridge._settle_report(attempt) == 1000
+    bridge._drop_report(attempt)  # it went through
+    assert (fake.sent, bridge._reports) == ([], {})
+
+
+async def test_a_held_report_that_fires_after_the_job_closed_is_dropped_quietly() -> None:
+    # Its result reached another replica, and the workflow closed: NOT_FOUND.
+    fake = FakeSignals(refusal=RPCError("closed", RPCStatusCode.NOT_FOUND, b""))
+    bridge, _ = held_bridge(fake)
+    (held,) = bridge._reports.values()
+    assert held.task is not None
+
+    await held.task  # no error: nothing left to report to
+
+    assert fake.signalled.is_set()
+    assert fake.sent == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -12,15 +13,20 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import Client
 
 from tests.conftest import SECRET, Api, Proc, Solver, base_env, wait_until
 from worker.devserver import DevServer
+from workflows.names import REPORT_SIGNAL
 
 pytestmark = pytest.mark.usefixtures("session_worker")
 
 # Long enough that a loaded machine does not time out a claim before its result.
 HEARTBEAT_TIMEOUT_S = "20"
 QUEUE_PREFIX = f"http-{uuid.uuid4().hex[:8]}-"
+# The bridge holds a `running` report 0.5 s after the first heartbeat; a loaded box
+# takes a while more to apply it.
+RUNNING_READ_DEADLINE_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +43,22 @@ def claim(hub: Api, worker_id: str, **extra: Any) -> httpx.Response:
     return hub.http.post("/api/jobs/claim", json={"worker_id": worker_id, **extra})
 
 
+def report_signals(temporal: DevServer, job_id: str) -> int:
+    """How many attempt reports (signals) the job's workflow history holds."""
+
+    async def count() -> int:
+        client = await Client.connect(temporal.address, namespace=temporal.namespace)
+        history = await client.get_workflow_handle(job_id).fetch_history()
+        return sum(
+            1
+            for event in history.events
+            if event.HasField("workflow_execution_signaled_event_attributes")
+            and event.workflow_execution_signaled_event_attributes.signal_name == REPORT_SIGNAL
+        )
+
+    return asyncio.run(count())
+
+
 def claimed(hub: Api, worker_id: str, job_type: str, wait: float = 10) -> dict[str, Any]:
     """Claim a job of `job_type`, which must be there."""
     response = claim(hub, worker_id, types=[job_type], wait=wait)
@@ -46,7 +68,7 @@ def claimed(hub: Api, worker_id: str, job_type: str, wait: float = 10) -> dict[s
 
 
 def test_a_claimed_job_runs_through_heartbeat_and_result_to_completed(
-    hub: Api, job_type: str
+    hub: Api, job_type: str, temporal: DevServer
 ) -> None:
     job_id = hub.submit(type=job_type, params={"x": 1}, max_runtime_ms=60_000)
 
@@ -84,9 +106,19 @@ def test_a_claimed_job_runs_through_heartbeat_and_result_to_completed(
     assert {key: job[key] for key in shared} == {key: read[key] for key in shared}
     assert job["job_id"] == job_id and job["heartbeat_timeout_ms"] > 0
 
+    before = time.time() * 1000
     beat = hub.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-a"})
     assert beat.status_code == 204, beat.text
-    assert hub.job(job_id)["status"] == "running"
+    after = time.time() * 1000
+    # A job that goes on past the first heartbeat reads `running` soon after it: the
+    # bridge holds the report RUNNING_REPORT_DELAY_S (a loaded box: some slack).
+    running = wait_until(
+        lambda: (got := hub.job(job_id))["status"] == "running" and got,
+        timeout=RUNNING_READ_DEADLINE_S,
+        what="running after the first heartbeat",
+    )
+    assert before <= running["heartbeat_at"] <= after
+    assert report_signals(temporal, job_id) == 1
 
     done = hub.http.post(
         f"/api/jobs/{job_id}/result", json={"worker_id": "agent-a", "result": {"y": 2}}
@@ -112,6 +144,65 @@ def test_a_claimed_job_runs_through_heartbeat_and_result_to_completed(
     assert other.status_code == 409, other.text
     assert hub.job(job_id)["result"] == {"y": 2}
     assert claim(hub, "agent-a", types=[job_type]).status_code == 204
+
+
+@pytest.mark.parametrize("end", ["result", "fail"])
+def test_a_short_agent_job_is_recorded_assigned_running_and_ended_from_its_report(
+    hub: Api, job_type: str, temporal: DevServer, end: str
+) -> None:
+    # An agent whose solver ends right after its start heartbeat: its `running` report,
+    # held by the bridge, never goes out; the result (or failure) carries the start.
+    job_id = hub.submit(type=job_type, params={}, max_attempts=1)
+    assert claimed(hub, "agent-s", job_type)["id"] == job_id
+    before = time.time() * 1000
+    beat = hub.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-s"})
+    assert beat.status_code == 204, beat.text
+    after = time.time() * 1000
+    if end == "result":
+        body: dict[str, Any] = {"worker_id": "agent-s", "result": {"ok": True}}
+    else:
+        body = {"worker_id": "agent-s", "reason": "solver_error: exit 3"}
+    ended = hub.http.post(f"/api/jobs/{job_id}/{end}", json=body)
+    assert ended.status_code == 200, ended.text
+
+    final = "completed" if end == "result" else "quarantined"
+    job = hub.wait_status(job_id, final)
+    moves = [(t["status"], t["ts"]) for t in job["transitions"]]
+    expected = ["pending", "assigned", "running"]
+    expected += ["completed"] if end == "result" else ["failed", "quarantined"]
+    assert [status for status, _ in moves] == expected
+    assert [ts for _, ts in moves] == sorted(ts for _, ts in moves)
+    # Running from the first heartbeat, not from the end: the start time it carried.
+    assert before <= job["heartbeat_at"] <= after
+    assert report_signals(temporal, job_id) == 0
+
+
+def test_a_heartbeat_and_a_result_on_two_replicas_record_the_job_in_order(
+    hub: Api, job_type: str, start_api: Callable[..., Api]
+) -> None:
+    # The heartbeat's replica holds the running report; the result reaches the other,
+    # which knows no start time: the job is recorded running at its result. The held
+    # report then finds the job closed, which changes nothing.
+    other = start_api(
+        TEMPORAL_ACTIVITY_QUEUE_PREFIX=QUEUE_PREFIX, JOB_HEARTBEAT_TIMEOUT_S=HEARTBEAT_TIMEOUT_S
+    )
+    job_id = hub.submit(type=job_type, params={})
+    assert claimed(hub, "agent-m", job_type)["id"] == job_id
+    before = time.time() * 1000
+    beat = other.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-m"})
+    assert beat.status_code == 204, beat.text
+    body = {"worker_id": "agent-m", "result": {"r": 1}}
+    assert hub.http.post(f"/api/jobs/{job_id}/result", json=body).status_code == 200
+
+    job = hub.wait_status(job_id, "completed")
+    moves = [(t["status"], t["ts"]) for t in job["transitions"]]
+    assert [status for status, _ in moves] == ["pending", "assigned", "running", "completed"]
+    assert [ts for _, ts in moves] == sorted(ts for _, ts in moves)
+    assert before <= job["heartbeat_at"] <= moves[-1][1]
+    assert (job["result"], job["attempts"]) == ({"r": 1}, 1)
+    # Both replicas still serve the job's reads and the next claims.
+    assert other.job(job_id)["status"] == "completed"
+    assert claim(other, "agent-m", types=[job_type], wait=0).status_code == 204
 
 
 @pytest.mark.parametrize("grouped", [False, True], ids=["ungated", "grouped"])

@@ -256,7 +256,10 @@ def test_jobs_through_either_replica_run_list_count_read_and_claim_the_same_thro
     assert claim.json()["params"] == {"x": 1}
     beat = first.http.post(f"/api/jobs/{job_id}/heartbeat", json={"worker_id": "agent-r"})
     assert beat.status_code == 204, beat.text
-    assert second.job(job_id)["status"] == "running"
+    # Its running report goes out from replica 1 0.5 s after the heartbeat (held there).
+    wait_until(
+        lambda: second.job(job_id)["status"] == "running", timeout=DEADLINE_S, what="running"
+    )
     report = second.http.post(
         f"/api/jobs/{job_id}/result", json={"worker_id": "agent-r", "result": {"y": 2}}
     )

@@ -139,7 +139,8 @@ async def job_status(
         )
     match wanted:
         case "running":
-            await bridge.heartbeat(job.id, body.worker_id, body.progress)
+            # A status report, read back as such (and QUEUE_CLAIM_TTL's): sent at once.
+            await bridge.heartbeat(job.id, body.worker_id, body.progress, hold_running=False)
         case "stop_requested":
             await jobs.stop(job.id)
         case "stopped":
