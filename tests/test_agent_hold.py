@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
+import pytest
 from google.protobuf.duration_pb2 import Duration
 from temporalio.api.common.v1 import Payloads
 from temporalio.api.workflowservice.v1 import PollActivityTaskQueueResponse
@@ -95,6 +96,7 @@ def agent_with(hub: SlowFlushHub, cache: Path) -> Agent:
     return agent
 
 
+@pytest.mark.process  # the agent runs a real solver process
 async def test_an_agent_heartbeats_through_its_final_log_flush_until_it_reports(
     tmp_path: Path,
 ) -> None:

@@ -535,17 +535,25 @@ def test_a_worker_request_with_a_bad_field_answers_422_naming_it(
 
 def agent_variables() -> set[str]:
     """Every environment variable `jobforge agent` reads, from its settings classes."""
+    from pydantic import AliasChoices
     from pydantic_settings import BaseSettings
 
     from worker.agent import AgentSettings
     from worker.hub_client import HubSettings
     from worker.settings import ContainerSettings, SolverSettings, WorkerSettings
 
+    def name(prefix: str, field: str, alias: object) -> str:
+        """The variable a field reads: its alias, the first of its choices (the documented
+        name; the others are fallbacks), or the prefixed field name."""
+        if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+            return alias.choices[0]
+        return alias if isinstance(alias, str) else f"{prefix}{field}".upper()
+
     def names(cls: type[BaseSettings]) -> set[str]:
         prefix = cls.model_config.get("env_prefix", "")
         return {
-            alias if isinstance(alias := field.validation_alias, str) else f"{prefix}{name}".upper()
-            for name, field in cls.model_fields.items()
+            name(prefix, field_name, field.validation_alias)
+            for field_name, field in cls.model_fields.items()
             if not field.exclude
         }
 

@@ -241,11 +241,11 @@ def test_of_two_daemons_started_at_once_one_runs_and_a_killed_ones_lock_is_taken
     one that was only cut off stops when it comes back."""
     env = {**env, "RUNFORGE_LOCK_TTL_S": "4"}
     argv = [PYTHON, "-m", "worker.runforge_cli", "daemon", "--workspace", str(workspace)]
-    procs: list[Proc] = []
+    daemons: list[Proc] = []
 
     def spawn() -> Proc:
-        proc = procs.spawn(argv, tmp_path / f"daemon-{len(procs)}.log", env)
-        procs.append(proc)
+        proc = procs.spawn(argv, tmp_path / f"daemon-{len(daemons)}.log", env)
+        daemons.append(proc)
         return proc
 
     def settled(proc: Proc) -> bool:
@@ -296,7 +296,7 @@ def test_of_two_daemons_started_at_once_one_runs_and_a_killed_ones_lock_is_taken
         assert "the workspace lock was taken over by pid " in taker.output()
         assert third.process.poll() is None
     finally:
-        for proc in procs:
+        for proc in daemons:
             proc.stop(timeout=30)
 
 
