@@ -21,14 +21,16 @@ from activities.solver import SolverLimits, SolverSource
 from engine.clock import now_ms
 from engine.log_store import AttemptLog, LogStore
 from workflows.errors import AttemptFailureDetails, ErrorType
-from workflows.models import AttemptInput, AttemptReport, AttemptResult, Progress
+from workflows.models import (
+    RUNNING_REPORT_DELAY_S,
+    AttemptInput,
+    AttemptReport,
+    AttemptResult,
+    Progress,
+)
 from workflows.names import CLAIM_UPDATE, REPORT_SIGNAL, RUN_JOB_ACTIVITY
 
 HEARTBEAT_EVERY_S = 10.0
-# A solver still running after this long is reported `running` right away; a faster
-# one is recorded running when its result arrives (one signal and one workflow task
-# fewer per short job).
-RUNNING_REPORT_DELAY_S = 0.5
 
 log = logging.getLogger("jobforge.worker")
 

@@ -40,7 +40,6 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.attempt import RUNNING_REPORT_DELAY_S
 from api.job_service import QUERY_TIMEOUT, JobService
 from api.tenancy import EVERY, Scope
 from engine.clock import now_ms
@@ -56,7 +55,15 @@ from workflows.errors import (
     TemporalUnavailable,
 )
 from workflows.job_states import CLAIMED, JobStatus
-from workflows.models import AttemptInput, AttemptReport, AttemptResult, ClaimedJob, Job, Progress
+from workflows.models import (
+    RUNNING_REPORT_DELAY_S,
+    AttemptInput,
+    AttemptReport,
+    AttemptResult,
+    ClaimedJob,
+    Job,
+    Progress,
+)
 from workflows.names import (
     BRIDGE_IDENTITY_PREFIX,
     CLAIM_JOB_UPDATE,

@@ -616,6 +616,12 @@ _RUN_FIELDS = set(RunSpec.model_fields)
 _IDENTITY_FIELDS = set(JobIdentity.model_fields)
 
 
+# A solver still running after this long is reported `running` (by the native worker
+# and the HTTP bridge alike); a faster one is recorded running when its result arrives
+# (one signal and one workflow task fewer per short job).
+RUNNING_REPORT_DELAY_S = 0.5
+
+
 class AttemptReport(BaseModel):
     """Signal from a worker: it claimed the attempt, or its solver process started."""
 
