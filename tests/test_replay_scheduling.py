@@ -138,6 +138,11 @@ SETS = {
     "-v11": {
         "gate-group-changes-audited-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
     },
+    # JobWorkflow with one attempt loop (a plain job runs the scheduled loop, no gates).
+    "-v12": {
+        "job-one-loop-failed-once-then-completed": ("JobWorkflow", "COMPLETED"),
+        "job-one-loop-quarantined": ("JobWorkflow", "FAILED"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -151,6 +156,7 @@ PATCHES: dict[str, str | None] = {
     "-v9": GRANTED_AT_SUBMIT_PATCH,
     "-v10": GRANTED_AT_SUBMIT_PATCH,  # the job's; the gate's are checked on their own
     "-v11": GATE_AUDIT_PATCH,  # in the gate's history
+    "-v12": None,  # plain jobs: no marker
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -233,6 +239,24 @@ async def test_recording_scheduled_histories_from_real_runs(harness: Harness) ->
             await save(client, gate_id, name, run_id)
             return
     raise AssertionError("no run of the gate that continued as new kept its changes")
+
+
+@pytest.mark.skipif(not RECORD, reason="records only with JOBFORGE_RECORD_HISTORIES=1")
+async def test_recording_one_loop_job_histories_from_real_runs(harness: Harness) -> None:
+    """Set -v12: plain jobs as the one-loop JobWorkflow runs them."""
+    suffix = "-v12"
+    for kind in SETS[suffix]:
+        assert not history_file(f"{kind}{suffix}").exists(), f"{kind}{suffix} is committed"
+    stand_in = harness.stand_in
+    retried = await harness.submit(max_attempts=3)
+    stand_in.script[1] = stand_in.fail("solver_exit", "exit 1")
+    stand_in.default = stand_in.succeed()
+    await harness.wait_status(retried, JobStatus.COMPLETED)
+    await save(harness.client, retried.id, f"job-one-loop-failed-once-then-completed{suffix}")
+    stand_in.default = stand_in.fail("solver_exit", "exit 2", non_retryable=True)
+    quarantined = await harness.submit(max_attempts=3)
+    await harness.wait_status(quarantined, JobStatus.QUARANTINED)
+    await save(harness.client, quarantined.id, f"job-one-loop-quarantined{suffix}")
 
 
 async def _cancelled(attempts: list[int]) -> bool:
