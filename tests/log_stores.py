@@ -1,6 +1,7 @@
 """The two log stores under test: files in a directory, and an S3 bucket on a local
-S3-compatible server (moto's server mode, from the dev extras: a real subprocess on a
-free port, spoken to over HTTP with signed requests as a real bucket is)."""
+S3-compatible server (moto's, one request at a time, from the dev extras: a real
+subprocess on a free port, spoken to over HTTP with signed requests as a real bucket
+is)."""
 
 from __future__ import annotations
 
@@ -63,10 +64,12 @@ class S3Server:
 
 
 def start_s3_server(log: Path) -> S3Server:
-    """`python -m moto.server` on a free port, once it accepts connections."""
+    """moto's S3 server, one request at a time (tests/moto_serial.py), on a free port,
+    once it accepts connections."""
     port = free_port()
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    proc = spawn(argv, log, {"PATH": "/usr/bin:/bin", "HOME": str(log.parent)})
+    argv = [sys.executable, "-m", "tests.moto_serial", "127.0.0.1", str(port)]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(log.parent)}
+    proc = spawn(argv, log, env)
     wait_for_port(port, 60, proc.process)
     return S3Server(proc, f"http://127.0.0.1:{port}")
 

@@ -5,6 +5,7 @@ Processes against the session's API and worker."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from typing import Any
@@ -36,9 +37,10 @@ def test_version_prints_the_installed_packages_version() -> None:
     assert out == f"jobforge {version('jobforge')}\n"
 
 
-def test_show_completion_prints_a_bash_completion_script() -> None:
+def test_show_completion_prints_the_script_of_the_shell_it_runs_in() -> None:
+    # `; true` keeps bash the parent: a lone command would be exec'd in its place.
     result = subprocess.run(
-        [str(JOBFORGE), "--show-completion", "bash"],
+        ["bash", "-c", f"{JOBFORGE} --show-completion; true"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -48,6 +50,21 @@ def test_show_completion_prints_a_bash_completion_script() -> None:
     assert result.returncode == 0, result.stderr
     assert "complete " in result.stdout, result.stdout
     assert "_JOBFORGE_COMPLETE" in result.stdout, result.stdout
+
+
+def test_a_bash_completion_script_is_printed_from_any_shell() -> None:
+    result = subprocess.run(
+        ["sh", "-c", f"{JOBFORGE}; true"],
+        env={**os.environ, "_JOBFORGE_COMPLETE": "source_bash"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "complete " in result.stdout, result.stdout
+    assert "_JOBFORGE_COMPLETE=complete_bash" in result.stdout, result.stdout
 
 
 def test_help_offers_install_completion_and_version() -> None:

@@ -270,6 +270,8 @@ def test_pages_are_walked_with_next_and_prev(
     sign_in(page, api, job_type=job_type, query="?limit=2")
     page.locator('#status-chips .chip[data-status="completed"]').click()
     expect(page.locator("#jobs-body")).to_have_attribute("data-filter-status", "completed")
+    # The filter is in the address at once; its first page is read when Next is back.
+    expect(page.locator("#next-page")).to_be_enabled()
 
     def shown() -> list[str]:
         return [tr.get_attribute("data-job-id") or "" for tr in page.locator("#jobs-body tr").all()]

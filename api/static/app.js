@@ -382,10 +382,13 @@ function setStatusFilter(status) {
 
 // ---------------------------------------------------------------- the jobs page
 
+// Back to the first page of a new filter. The pager stays off until that page is read:
+// a Next pressed meanwhile would turn the old filter's page.
 function resetPages() {
   state.tokens = [null];
   state.page = 0;
   state.nextToken = null;
+  renderPager();
 }
 
 function overlay(job) {
