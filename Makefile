@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # (`.venv/bin/pytest --collect-only -q -p no:xdist`, run twice).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: dev check test lint bench faults faults-rotation coverage clean debian-tools
+.PHONY: dev check test lint bench faults faults-rotation coverage cpu-ledger clean debian-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -85,6 +85,13 @@ coverage: $(STAMP) debian-tools
 	$(BIN)/coverage combine -q
 	$(BIN)/coverage report --format=total
 	$(BIN)/coverage report | awk 'NR<=2 || /TOTAL/' ; for pkg in workflows activities api engine worker; do $(BIN)/coverage report --include="$$pkg/*" --format=total | sed "s|^|$$pkg: |;s|$$|%|"; done
+
+# The whole suite, each test's CPU noted (its own, its processes', the session servers'
+# share while it ran: tests/cpu_ledger.py), then the kinds, files and tests that cost most.
+cpu-ledger: $(STAMP) debian-tools
+	rm -rf .jobforge/cpu-ledger
+	JOBFORGE_CPU_LEDGER=.jobforge/cpu-ledger $(BIN)/pytest -q -n 3 --dist worksteal || true
+	$(BIN)/python -m tests.cpu_ledger .jobforge/cpu-ledger
 
 # The main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
 bench: $(STAMP)

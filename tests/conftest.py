@@ -47,7 +47,7 @@ REGISTERED_SOLVER = [
 PYTHON = sys.executable
 
 # The `process` tier, which `make check` leaves out: marked from the fixtures a test uses.
-pytest_plugins = ["tests.tiers"]
+pytest_plugins = ["tests.tiers", "tests.cpu_ledger"]
 
 
 def _slow_weight(item: pytest.Item) -> tuple[str, float] | None:

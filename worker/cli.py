@@ -32,6 +32,7 @@ from worker.cli_common import (
     CliGroup,
     JsonOpt,
     api_client,
+    exit_process,
     exit_with,
     fail,
     print_fields,
@@ -125,7 +126,7 @@ def worker() -> None:
     with settings_or_exit("worker"):
         settings = (TemporalSettings(), WorkerSettings(), SolverSettings(), ContainerSettings())
     asyncio.run(serve(*settings))
-    exit_with(0)
+    exit_process(0)
 
 
 @command(cls=CliCommand)
@@ -151,7 +152,7 @@ def agent(
     with settings_or_exit("agent"):
         settings = (AgentSettings(), SolverSettings(), ContainerSettings())
     asyncio.run(serve(*settings))
-    exit_with(0)
+    exit_process(0)
 
 
 @command(cls=CliCommand)
@@ -197,7 +198,7 @@ def api(
         timeout_graceful_shutdown=5,
         timeout_keep_alive=keepalive,
     )
-    exit_with(0)
+    exit_process(0)
 
 
 @command(cls=CliCommand)
@@ -211,9 +212,9 @@ def setup() -> None:
     try:
         added = asyncio.run(register_search_attributes(temporal))
     except Exception as err:  # one clear line for the operator
-        fail(f"cannot register search attributes: {err}")
+        fail(f"cannot register search attributes: {err}", process=True)
     typer.echo(f"search attributes ready ({', '.join(added) or 'all present already'})")
-    exit_with(0)
+    exit_process(0)
 
 
 @command(cls=CliCommand)
@@ -244,8 +245,8 @@ def dev(
     try:
         code = stack.run(typer.echo, lambda line: typer.echo(line, err=True))
     except DevError as err:
-        fail(str(err), err.code)
-    exit_with(code)
+        fail(str(err), err.code, process=True)
+    exit_process(code)
 
 
 # -- jobs, over the REST API -------------------------------------------------------

@@ -101,14 +101,25 @@ def sub_app(help_text: str) -> typer.Typer:
 
 
 def exit_with(code: int) -> NoReturn:
-    # Short-lived Temporal clients can crash at interpreter exit (sdk-python#300).
+    """End a command that speaks to the API only, with exit status `code`."""
+    raise typer.Exit(code)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a command that ran a Temporal client or worker (`api`, `worker`, `agent`,
+    `setup`, `dev`): at once, with exit status `code`. Short-lived Temporal clients can
+    crash at interpreter exit (sdk-python#300)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def fail(message: str, code: int = 1, *, process: bool = False) -> NoReturn:
+    """One line on stderr naming what to fix, then exit `code` (`process`: as
+    exit_process)."""
     typer.echo(f"error: {message}", err=True)
+    if process:
+        exit_process(code)
     exit_with(code)
 
 
