@@ -8,6 +8,7 @@ is one line on stderr, starting `error: `.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -382,17 +383,19 @@ def main() -> None:
     """Console script entry point: the design's exit codes for every outcome."""
     command = typer.main.get_command(app)
     try:
+        # Not standalone: a command's typer.Exit comes back as its code.
         code = command.main(standalone_mode=False)
     except USAGE_ERROR as err:
-        fail(err.format_message())
+        typer.echo(f"error: {err.format_message()}", err=True)
+        code = Exit.FAILED
     except KeyboardInterrupt:
         typer.echo("error: interrupted", err=True)
-        exit_with(Exit.CANCELED)
+        code = Exit.CANCELED
     except Exception as err:  # typer's Abort (Ctrl-C at a prompt) and the like
-        if type(err).__name__ == "Abort":
-            exit_with(Exit.CANCELED)
-        raise
-    exit_with(code if isinstance(code, int) else Exit.SUCCESS)
+        if type(err).__name__ != "Abort":
+            raise
+        code = Exit.CANCELED
+    sys.exit(int(code) if isinstance(code, int) else Exit.SUCCESS)
 
 
 if __name__ == "__main__":
