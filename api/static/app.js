@@ -105,6 +105,22 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// The side's list panels, each a heading with a summary and a list: made as this script
+// runs (deferred: the page is parsed, and no other script has run yet).
+const GATE_PANELS = [
+  ["groups", "Groups", "group-list"],
+  ["pools", "Pools", "pool-list"],
+  ["targets", "Targets", "target-list"],
+  ["schedules", "Schedules", "schedule-list"],
+];
+
+for (const [name, title, list] of GATE_PANELS) {
+  $(".side").append(
+    h("section", { class: "gates", "aria-labelledby": `${name}-heading` },
+      h("h2", { id: `${name}-heading` }, `${title} `, h("span", { id: `${name}-summary`, class: "muted" })),
+      h("ul", { id: list, class: "gate-list" })));
+}
+
 function pad(n) {
   return String(n).padStart(2, "0");
 }
