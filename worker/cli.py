@@ -388,7 +388,6 @@ def submit(
     body.update({key: value for key, value in optional.items() if value is not None})
     with api_client(SUBMIT_OPTIONS) as api:
         typer.echo(api.submit(body, idempotency_key))
-    exit_with(0)
 
 
 def _submit_file(ctx: typer.Context, path: str, batch_size: int) -> NoReturn:
@@ -421,7 +420,6 @@ def get(job_id: JobIdArg) -> None:
     """Print one job as JSON."""
     with api_client() as api:
         typer.echo(json.dumps(api.job_json(job_id), indent=2))
-    exit_with(0)
 
 
 # The `list` options named otherwise than the API's fields they set.
@@ -473,7 +471,6 @@ def list_jobs(
             f"{job['id']}  {status_label(job):<11} {job['type']:<16} "
             f"p={job['priority']} attempts={job['attempts']}"
         )
-    exit_with(0)
 
 
 @command(cls=CliCommand)
@@ -483,7 +480,6 @@ def stop(job_id: JobIdArg) -> None:
     with api_client() as api:
         job = api.stop(job_id)
     typer.echo(f"{job_id} {status_label(job)}")
-    exit_with(0)
 
 
 @command(cls=CliCommand)
@@ -492,7 +488,6 @@ def cancel(job_id: JobIdArg) -> None:
     with api_client() as api:
         api.cancel(job_id)
     typer.echo(f"cancelled {job_id}")
-    exit_with(0)
 
 
 def _time(ms: int | None) -> str:
@@ -595,7 +590,6 @@ def show(job_id: JobIdArg, as_json: JsonOpt = False) -> None:
         console.print("Fail history: none")
     if job.log_tail:
         console.print("Log tail:", Text(job.log_tail), sep="\n")
-    exit_with(0)
 
 
 def _log_line(line: dict[str, Any]) -> str:

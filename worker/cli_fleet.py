@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from worker.cli_common import JsonOpt, api_client, exit_with, print_json
+from worker.cli_common import JsonOpt, api_client, print_json
 
 NOT_REPORTED = "not reported"
 
@@ -52,4 +52,3 @@ def workers(as_json: JsonOpt = False) -> None:
     else:
         for worker in fleet:
             typer.echo(worker_line(worker))
-    exit_with(0)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from worker.cli_common import CliCommand, api_client, exit_with, fail, sub_app
+from worker.cli_common import CliCommand, api_client, fail, sub_app
 from worker.hub_client import status_label
 
 ops_app = sub_app("Operator overrides: re-queue, quarantine or cancel any job; delete old ones.")
@@ -36,7 +36,6 @@ def ops_requeue(job_id: JobIdArg) -> None:
     with api_client() as api:
         job = api.ops(job_id, "requeue")
     typer.echo(f"{job_id} {status_label(job)} (attempt {job['attempt']})")
-    exit_with(0)
 
 
 @ops_app.command("fail", cls=CliCommand)
@@ -50,7 +49,6 @@ def ops_fail(
     with api_client() as api:
         job = api.ops(job_id, "fail", {"reason": reason})
     typer.echo(f"{job_id} {status_label(job)}")
-    exit_with(0)
 
 
 @ops_app.command("cancel", cls=CliCommand)
@@ -59,7 +57,6 @@ def ops_cancel(job_id: JobIdArg) -> None:
     with api_client() as api:
         job = api.ops(job_id, "cancel")
     typer.echo(f"{job_id} {status_label(job)}")
-    exit_with(0)
 
 
 @ops_app.command("cleanup", cls=CliCommand)
@@ -82,4 +79,3 @@ def ops_cleanup(
     with api_client() as api:
         deleted = api.cleanup(body)
     typer.echo(f"deleted {deleted}")
-    exit_with(0)

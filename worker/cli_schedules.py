@@ -127,7 +127,6 @@ def schedule_create(
         body["note"] = note
     with api_client(OPTIONS) as api:
         typer.echo(_line(api.call("POST", "/api/schedules", json=body).json()))
-    exit_with(0)
 
 
 @schedule_app.command("list", cls=CliCommand)
@@ -140,7 +139,6 @@ def schedule_list(as_json: JsonOpt = False) -> None:
     else:
         for schedule in schedules:
             typer.echo(_line(schedule))
-    exit_with(0)
 
 
 @schedule_app.command("show", cls=CliCommand)
@@ -170,14 +168,12 @@ def schedule_show(schedule_id: IdArg, as_json: JsonOpt = False) -> None:
             ("Note", str(schedule.get("note") or "-")),
         ],
     )
-    exit_with(0)
 
 
 def _action(schedule_id: str, action: str, said: str, body: dict[str, Any] | None = None) -> None:
     with api_client(OPTIONS) as api:
         schedule = api.call("POST", _path(schedule_id, action), json=body).json()
     typer.echo(f"{said} schedule {schedule_id}: {_line(schedule)}")
-    exit_with(0)
 
 
 @schedule_app.command("pause", cls=CliCommand)
@@ -220,4 +216,3 @@ def schedule_delete(schedule_id: IdArg) -> None:
     with api_client() as api:
         api.call("DELETE", _path(schedule_id))
     typer.echo(f"deleted schedule {schedule_id}")
-    exit_with(0)

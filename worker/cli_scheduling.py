@@ -15,7 +15,6 @@ from worker.cli_common import (
     CliCommand,
     JsonOpt,
     api_client,
-    exit_with,
     fail,
     print_fields,
     print_json,
@@ -59,7 +58,6 @@ def _show(read: Callable[[HubClient], Item], as_json: bool, fields: Callable[[It
         print_json(item)
     else:
         print_fields(Console(highlight=False), fields(item))
-    exit_with(0)
 
 
 def _group_line(group: Mapping[str, Any]) -> str:
@@ -81,7 +79,6 @@ def _list(
     else:
         for item in listed:
             typer.echo(line(item))
-    exit_with(0)
 
 
 @group_app.command("list", cls=CliCommand)
@@ -116,7 +113,6 @@ def group_pause(name: GroupArg) -> None:
     with api_client() as api:
         api.pause_group(name)
     typer.echo(f"paused group {name}")
-    exit_with(0)
 
 
 @group_app.command("resume", cls=CliCommand)
@@ -125,7 +121,6 @@ def group_resume(name: GroupArg) -> None:
     with api_client() as api:
         api.pause_group(name, paused=False)
     typer.echo(f"resumed group {name}")
-    exit_with(0)
 
 
 @group_app.command("set", cls=CliCommand)
@@ -153,7 +148,6 @@ def group_set(
         fail("nothing to set: give --max-parallel N, --no-max-parallel or --weight W", 2)
     with api_client() as api:
         typer.echo(_group_line(api.configure_group(name, patch)))
-    exit_with(0)
 
 
 @group_app.command("retry-failed", cls=CliCommand)
@@ -165,7 +159,6 @@ def group_retry_failed(name: GroupArg) -> None:
         typer.echo(f"requeued {job_id}")
     if not requeued:
         typer.echo(f"group {name}: no failed jobs to requeue")
-    exit_with(0)
 
 
 @group_app.command("cancel", cls=CliCommand)
@@ -177,7 +170,6 @@ def group_cancel(name: GroupArg) -> None:
         typer.echo(f"cancelled {job_id}")
     if not cancelled:
         typer.echo(f"group {name}: no jobs to cancel")
-    exit_with(0)
 
 
 def _pool_line(pool: Mapping[str, Any]) -> str:
@@ -237,7 +229,6 @@ def pool_set(
         settings["aging_step_s"] = None
     with api_client() as api:
         typer.echo(_pool_line(api.set_pool_capacity(name, capacity, settings)))
-    exit_with(0)
 
 
 def _aging(step_s: float | None) -> str:
@@ -299,4 +290,3 @@ def target_resume(
         typer.echo(f"target {name} was not halted")
     else:
         typer.echo(f"resumed target {name}, {'skipping' if skip else 'retrying'} {halted_by}")
-    exit_with(0)

@@ -50,7 +50,6 @@ def token_create(
         err=True,
     )
     typer.echo(created["token"])
-    exit_with(0)
 
 
 @token_app.command("list", cls=CliCommand)
@@ -67,7 +66,6 @@ def token_list(as_json: JsonOpt = False) -> None:
             f"{token['name']}  created {_when(token['created_at'])}  "
             f"last used {_when(token['last_used_at'])}"
         )
-    exit_with(0)
 
 
 @token_app.command("revoke", cls=CliCommand)
@@ -78,4 +76,3 @@ def token_revoke(
     with api_client() as api:
         api.revoke_token(token_id)
     typer.echo(f"revoked {token_id}")
-    exit_with(0)
