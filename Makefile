@@ -48,7 +48,7 @@ check: $(STAMP)
 test: $(STAMP) debian-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	@start=$$(date +%s); $(BIN)/pytest -q -n 3 --dist worksteal || exit $$?; \
+	@start=$$(date +%s); $(BIN)/pytest -q -n 3 --dist worksteal --durations=15 || exit $$?; \
 	took=$$(( $$(date +%s) - start )); \
 	if [ $$took -lt $(CI_SUITE_BUDGET_S) ]; then $(MAKE) --no-print-directory faults-rotation; \
 	else echo "fault rotation: skipped (the suite took $$took s, the budget is $(CI_SUITE_BUDGET_S) s)"; fi

@@ -8,6 +8,7 @@ at their gates as the API does (engine/gates.py) before they start.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import uuid
 from datetime import timedelta
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -399,6 +401,14 @@ async def test_a_pool_ages_its_waiting_jobs_only_once_its_aging_step_is_set(
     assert harness.stand_in.jobs == [first.id, old.id, fresh.id]
 
 
+async def begun_history(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent] | None:
+    """A run's events once its first task completed (a run just continued as new records
+    its patch markers with it), else None."""
+    events = list((await handle.fetch_history()).events)
+    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    return events if any(e.event_type == done for e in events) else None
+
+
 async def queue_at_closed_pool(
     harness: Harness, gates: Gates, jobs: list[dict[str, Any]]
 ) -> list[JobHandle]:
@@ -448,12 +458,15 @@ async def test_a_full_pool_shares_its_grants_between_groups_by_weight(
     runs = [e async for e in harness.client.list_workflows(f"WorkflowId = '{gate_id}'")]
     assert len(runs) >= (2 if history_limit < 2_000 else 1)
     for run in runs:
-        history = await harness.client.get_workflow_handle(
-            gate_id, run_id=run.run_id
-        ).fetch_history()
+        handle = harness.client.get_workflow_handle(gate_id, run_id=run.run_id)
+        events = await wait_until_async(
+            functools.partial(begun_history, handle),
+            timeout=15,
+            what=f"run {run.run_id}'s first task",
+        )
         markers = [
             e
-            for e in history.events
+            for e in events
             if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
             # the fair-shares marker (the capacity change also records GATE_AUDIT_PATCH)
             and FAIR_SHARES_PATCH.encode() in e.SerializeToString()
