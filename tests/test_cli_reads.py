@@ -37,34 +37,33 @@ def test_version_prints_the_installed_packages_version() -> None:
     assert out == f"jobforge {version('jobforge')}\n"
 
 
-def test_show_completion_prints_the_script_of_the_shell_it_runs_in() -> None:
-    # `; true` keeps bash the parent: a lone command would be exec'd in its place.
+def in_shell(shell: str, command: str, **env: str) -> str:
+    """What `command` printed, run by `shell` as its child (`&& true` keeps the shell from
+    exec'ing it in its place), once it exited 0."""
     result = subprocess.run(
-        ["bash", "-c", f"{JOBFORGE} --show-completion; true"],
+        [shell, "-c", f"{command} && true"],
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-
     assert result.returncode == 0, result.stderr
-    assert "complete " in result.stdout, result.stdout
-    assert "_JOBFORGE_COMPLETE" in result.stdout, result.stdout
+    return result.stdout
+
+
+def test_show_completion_prints_the_script_of_the_shell_it_runs_in() -> None:
+    out = in_shell("bash", f"{JOBFORGE} --show-completion")
+
+    assert "complete " in out, out
+    assert "_JOBFORGE_COMPLETE" in out, out
 
 
 def test_a_bash_completion_script_is_printed_from_any_shell() -> None:
-    result = subprocess.run(
-        ["sh", "-c", f"{JOBFORGE}; true"],
-        env={**os.environ, "_JOBFORGE_COMPLETE": "source_bash"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    out = in_shell("sh", str(JOBFORGE), _JOBFORGE_COMPLETE="source_bash")
 
-    assert result.returncode == 0, result.stderr
-    assert "complete " in result.stdout, result.stdout
-    assert "_JOBFORGE_COMPLETE=complete_bash" in result.stdout, result.stdout
+    assert "complete " in out, out
+    assert "_JOBFORGE_COMPLETE=complete_bash" in out, out
 
 
 def test_help_offers_install_completion_and_version() -> None:
