@@ -92,8 +92,8 @@ coverage: $(STAMP) debian-tools
 # share while it ran: tests/cpu_ledger.py), then the kinds, files and tests that cost most.
 cpu-ledger: $(STAMP) debian-tools
 	rm -rf .jobforge/cpu-ledger
-	JOBFORGE_CPU_LEDGER=.jobforge/cpu-ledger $(BIN)/pytest -q -n 3 --dist worksteal || true
-	$(BIN)/python -m tests.cpu_ledger .jobforge/cpu-ledger
+	@status=0; JOBFORGE_CPU_LEDGER=.jobforge/cpu-ledger $(BIN)/pytest -q -n 3 --dist worksteal \
+		|| status=$$?; $(BIN)/python -m tests.cpu_ledger .jobforge/cpu-ledger; exit $$status
 
 # The main benches, one after the other (docs/benchmarks.md); each starts its own dev server.
 bench: $(STAMP)
