@@ -573,11 +573,12 @@ class EventFeed:
         last_event_id: str | None,
         progress: ProgressSettings | None = None,
         idle_s: float | None = None,
+        since_ms: int | None = None,
     ) -> AsyncGenerator[list[JobEvent], None]:
         """Events for one client, in batches (what came at once, sent at once): what it
-        missed (after Last-Event-ID), then live ones, with running jobs' progress
-        (`JobProgress`, read as `progress` says) among them. An empty batch after
-        `idle_s` without one (a keep-alive's turn)."""
+        missed (after Last-Event-ID; without one, after `since_ms` if given), then live
+        ones, with running jobs' progress (`JobProgress`, read as `progress` says) among
+        them. An empty batch after `idle_s` without one (a keep-alive's turn)."""
         if progress is not None:
             self.progress = progress
         self.start()
@@ -594,6 +595,8 @@ class EventFeed:
         self._watch_progress()
         try:
             resume = EventKey.parse(last_event_id) if last_event_id else None
+            if resume is None and since_ms is not None:
+                resume = EventKey(since_ms, "", 0)  # before every transition at since_ms
             caught: set[EventKey] = set()
             if resume is not None and resume < self.cursor:
                 missed = await self.catch_up(resume, self.cursor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import httpx
@@ -99,6 +100,36 @@ def test_resuming_with_last_event_id_loses_nothing_and_repeats_nothing(
     assert set(grouped) == ids
     for events in grouped.values():
         assert [e.event for e in events] == LIFE
+
+
+def test_since_replays_what_changed_after_that_time_before_the_live_events(
+    api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    solver = make_solver('print("{}")\n')
+    before = api.http.get("/api/jobs/page", params={"type": job_type})
+    since_ms = int(parsedate_to_datetime(before.headers["date"]).timestamp() * 1000) - 1000
+    ids = {api.submit(**solver.spec(job_type)) for _ in range(3)}
+    for job_id in ids:
+        api.wait_status(job_id, "completed", timeout=60)
+
+    # The stream opens after every job ended: all it brings is the replay.
+    collector = Collector(
+        f"{api.url}/api/jobs/events", {"type": job_type, "since": since_ms}, finished(3)
+    )
+    collector.run(deadline_s=60).join(70)
+
+    assert collector.error is None, collector.error
+    grouped = by_job(collector.events)
+    assert set(grouped) == ids
+    assert all([e.event for e in events] == LIFE for events in grouped.values())
+
+
+@pytest.mark.parametrize("since", ["-1", "soon"])
+def test_a_bad_since_is_a_422_naming_it(api: Api, since: str) -> None:
+    response = api.http.get("/api/jobs/events", params={"since": since})
+
+    assert response.status_code == 422, response.text
+    assert "since" in response.text
 
 
 def test_the_stream_filters_by_status_and_type(

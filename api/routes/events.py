@@ -168,8 +168,14 @@ async def job_events(
     accepts: Annotated[Callable[[JobEvent], bool], Depends(event_filter)],
     scope: Annotated[Scope, Depends(stream_scope)],
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=200)] = None,
+    since: Annotated[int | None, Query(ge=0, le=10**14)] = None,
 ) -> EventStream:
     """Every job transition, per job in order; resumable with `Last-Event-ID`.
+
+    `?since=` (epoch ms) replays the transitions after that time first, as a
+    `Last-Event-ID` of that time would: a client that read a page of jobs asks for what
+    changed from that read on, and misses nothing made while its stream was opening.
+    The header wins when both are given (a browser's reconnect sends it).
 
     Events: job:created, job:assigned, job:running, job:completed, job:failed (a cancel too,
     with fail_reason cancelled), job:pending (re-queued), job:quarantined, job:stop_requested,
@@ -188,7 +194,9 @@ async def job_events(
 
     async def frames() -> AsyncIterator[bytes]:
         # The events that reached this client at once go out in one write.
-        batches = feed.subscribe(in_scope, last_event_id, progress, idle_s=KEEPALIVE_S)
+        batches = feed.subscribe(
+            in_scope, last_event_id, progress, idle_s=KEEPALIVE_S, since_ms=since
+        )
         async for batch in batches:
             yield b"".join(map(frame, batch)) if batch else KEEPALIVE_COMMENT
 

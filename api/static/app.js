@@ -31,6 +31,9 @@ const TOKEN_KEY = "jobforge.token";
 // Rows per page: 50, or ?limit=N (1…200) in the page's address.
 const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get("limit")) || 50, 1), 200);
 const PANELS_EVERY_MS = 5000;
+// A new stream replays the transitions from this long before the page's last read: the
+// Date header's second, and a job visibility showed the read late.
+const SINCE_MARGIN_MS = 5000;
 // Why a pending job is not running yet (`waiting_for` on a job read), in the words of
 // docs/scheduling.md.
 const WAITING_FOR = {
@@ -66,6 +69,7 @@ const state = {
   queued: [], // events waiting for the next flush
   generation: 0, // bumped on each page load, so a stale answer is dropped
   pageDirty: false, // page 1 membership changed locally: re-read it
+  pageReadAt: null, // the API's time (epoch ms) at the page's last read
   selected: null,
   detail: null,
   cancelMessage: null, // {id, text, error}
@@ -424,6 +428,10 @@ async function loadPage() {
   if (!response.ok) throw new Error(await errorText(response));
   const page = await response.json();
   if (generation !== state.generation || !state.running) return;
+  // The API's clock at the read (its Date header, to the second): where a new stream
+  // starts its replay.
+  const served = Date.parse(response.headers.get("date") || "");
+  if (!Number.isNaN(served)) state.pageReadAt = served;
   state.nextToken = page.next_page_token;
   renderJobs(page.jobs.map(overlay).filter(matches));
   renderPager();
@@ -631,13 +639,20 @@ function setStreamState(name, text) {
 }
 
 async function streamUrl() {
+  const params = new URLSearchParams();
+  // What changed from the page's last read on: a job made while the stream was opening
+  // is replayed, not lost (the read's own moment may lag visibility: a margin back).
+  if (state.pageReadAt) params.set("since", String(state.pageReadAt - SINCE_MARGIN_MS));
   // A stream token even when the stream is open: without one it carries only the jobs
   // that have no tenant.
   const response = await api("/api/events/token", { method: "POST" });
-  if (!response.ok && !state.config.events_require_token) return "/api/jobs/events";
-  if (!response.ok) throw new Error(await errorText(response));
-  const { token } = await response.json();
-  return `/api/jobs/events?token=${encodeURIComponent(token)}`;
+  if (response.ok) {
+    params.set("token", (await response.json()).token);
+  } else if (state.config.events_require_token) {
+    throw new Error(await errorText(response));
+  }
+  const query = params.toString();
+  return query ? `/api/jobs/events?${query}` : "/api/jobs/events";
 }
 
 async function openStream() {
