@@ -336,7 +336,8 @@ def watcher(api: Api, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen
             process = subprocess.Popen(
                 [str(JOBFORGE), "watch", *args],
                 cwd=ROOT,
-                env=cli_env(api.url, SECRET),
+                # A watch that hangs dumps its threads' stacks on SIGABRT (`stopped`).
+                env={**cli_env(api.url, SECRET), "PYTHONFAULTHANDLER": "1"},
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
@@ -354,6 +355,17 @@ def watcher(api: Api, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def stopped(process: subprocess.Popen[bytes], err: Path) -> int:
+    """The exit status of a watch that was sent SIGINT; one still running after 10 s
+    fails the test with where its threads were (its fault handler's dump)."""
+    try:
+        return process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        process.wait(10)
+        pytest.fail(f"watch did not stop on SIGINT within 10 s:\n{err.read_text()}")
 
 
 def test_watch_follows_events_live_filtered_and_stops_cleanly_on_ctrl_c(
@@ -375,7 +387,7 @@ def test_watch_follows_events_live_filtered_and_stops_cleanly_on_ctrl_c(
     wait_until(lambda: any("job:completed" in line for line in lines()), what="job:completed")
     process.send_signal(signal.SIGINT)
 
-    assert process.wait(10) == 0
+    assert stopped(process, tmp_path / "err") == 0
     assert "Traceback" not in (tmp_path / "err").read_text()
     events = [line.split()[2:6] for line in lines()]
     assert events == [

@@ -634,7 +634,7 @@ def logs(
                     typer.echo(f"attempt ended: {data.get('status')}", err=True)
                     exit_with(0)
         except KeyboardInterrupt:
-            exit_with(0)
+            exit_process(0)  # at once, as `watch` does
     fail("the log stream ended before the attempt did")
 
 
@@ -707,7 +707,10 @@ def watch(
     except HubError as err:
         fail(str(err))
     except KeyboardInterrupt:
-        exit_with(0)
+        # At once, what it printed flushed: an interrupt can land anywhere in the HTTP
+        # client, and its unwinding is not worth waiting on (one CI run saw a watch
+        # still running 10 s after SIGINT on the way out through typer.Exit).
+        exit_process(0)
 
 
 app.add_typer(group_app, name="group")
