@@ -8,8 +8,10 @@ A job query replays the job's workflow on a worker when the worker no longer hol
 every job that waits long (pending jobs of a busy type) or has closed. A page of such
 jobs then costs a replay per row. Most rows need none:
 
-- a closed job that completed returned its `Job`: the close event holds it (one history
-  read of one event, no worker);
+- a closed job that completed returned its `Job`, and one that failed (quarantined, or
+  failed for a final reason) carries it as its failure's detail: the close event holds
+  it (one history read of one event, no worker). `GET /api/jobs/{id}` of a closed job
+  reads it so too;
 - a plain pending job (no gate, clock or host) that nothing has happened to yet (its
   memo holds only the submit's transition) is its submit input as `pending_job` made
   it, its first attempt scheduled or not: the first events of its history say which;
@@ -27,7 +29,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from pydantic import ValidationError
 from temporalio.api.common.v1 import WorkflowExecution as ProtoExecution
@@ -55,6 +57,15 @@ CACHE_MAX = 4000
 # commands (the first attempt's activity among them).
 FIRST_EVENTS = 16
 READ_TIMEOUT = timedelta(seconds=10)
+# Closed runs whose close event holds the job (`JobReader.ended`).
+ENDS_WITH_JOB = frozenset({WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.FAILED})
+
+
+class Run(NamedTuple):
+    """A run to read the history of: its workflow's id, and its own (None: the latest)."""
+
+    id: str
+    run_id: str | None
 
 
 class Lru(OrderedDict[K, V]):
@@ -126,11 +137,11 @@ class JobReader:
         self._untouched.pop((execution.id, execution.run_id), None)
 
     async def _history(
-        self, execution: WorkflowExecution, *, size: int, close_only: bool = False
+        self, execution: WorkflowExecution | Run, *, size: int, close_only: bool = False
     ) -> list[HistoryEvent]:
         request = GetWorkflowExecutionHistoryRequest(
             namespace=self._client.namespace,
-            execution=ProtoExecution(workflow_id=execution.id, run_id=execution.run_id),
+            execution=ProtoExecution(workflow_id=execution.id, run_id=execution.run_id or ""),
             maximum_page_size=size,
             history_event_filter_type=(
                 HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT
@@ -157,14 +168,31 @@ class JobReader:
         return value
 
     async def _closed_job(self, execution: WorkflowExecution) -> Job | None:
-        """The job a completed run returned, from its close event; None otherwise."""
-        if execution.status != WorkflowExecutionStatus.COMPLETED:
+        """The job a closed run ended with, from its close event; None when it holds none."""
+        if execution.status not in ENDS_WITH_JOB:
             return None
-        events = await self._history(execution, size=1, close_only=True)
-        if not events or events[0].event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+        return await self.ended(execution.id, execution.run_id)
+
+    async def ended(self, job_id: str, run_id: str | None = None) -> Job | None:
+        """The job as its closed run ended, from the run's close event alone (one history
+        read, no worker): a completed run returned it, and a run that failed (quarantined,
+        failed for a final reason) carries it as its failure's detail. None for a run
+        that ended any other way (cancelled, terminated) or is open: its workflow is
+        asked then."""
+        events = await self._history(Run(job_id, run_id), size=1, close_only=True)
+        if not events:
             return None
-        result = events[0].workflow_execution_completed_event_attributes.result.payloads
-        return await self._decode(result, Job)
+        event = events[0]
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            payloads = event.workflow_execution_completed_event_attributes.result.payloads
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+            failure = event.workflow_execution_failed_event_attributes.failure
+            if not failure.HasField("application_failure_info"):
+                return None
+            payloads = failure.application_failure_info.details.payloads
+        else:
+            return None
+        return await self._decode(payloads[:1], Job) if payloads else None
 
     async def _untouched_memo(self, execution: WorkflowExecution) -> bool:
         """Whether the job's memo holds only its submit's transition."""

@@ -32,9 +32,11 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
+    QueryRejectCondition,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
@@ -420,10 +422,21 @@ class JobService:
 
     async def get(self, job_id: str, scope: Scope = EVERY) -> Job:
         """The job as its workflow holds it; another tenant's than `scope`'s is a 404."""
+        handle = self._handle(job_id)
         try:
-            job: Job = await self._handle(job_id).query(
-                JOB_QUERY, result_type=Job, rpc_timeout=QUERY_TIMEOUT
-            )
+            try:
+                # A closed run is not replayed on a worker to answer: its close event
+                # holds the job when it completed or failed (JobReader.ended).
+                job: Job = await handle.query(
+                    JOB_QUERY,
+                    result_type=Job,
+                    rpc_timeout=QUERY_TIMEOUT,
+                    reject_condition=QueryRejectCondition.NOT_OPEN,
+                )
+            except WorkflowQueryRejectedError:
+                job = await self._reader.ended(job_id) or await handle.query(
+                    JOB_QUERY, result_type=Job, rpc_timeout=QUERY_TIMEOUT
+                )
         except RPCError as err:
             if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 raise JobNotFound(job_id) from err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 import uuid
@@ -11,13 +12,15 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from api.main import create_app
 from api.routes.jobs import RESERVED_JOB_PATHS
 from api.ttl_cache import TtlCache
-from tests.conftest import REGISTERED_TYPE, SECRET, Api, wait_until
+from tests.conftest import REGISTERED_TYPE, SECRET, Api, Solver, Stack, wait_until
 from worker.devserver import DevServer, free_port
-from workflows.names import REGISTRY_WORKFLOW_ID
+from workflows.models import Job
+from workflows.names import JOB_QUERY, REGISTRY_WORKFLOW_ID
 
 CHECKSUM = "ab" * 32
 SMALL_BODY_LIMIT = 2048
@@ -67,12 +70,25 @@ def http(api: Api) -> Iterator[httpx.Client]:
         yield client
 
 
+def ok_or_none(response: httpx.Response) -> httpx.Response | None:
+    """The response if it is a 200; None for a 503; an AssertionError for anything else."""
+    if response.status_code == 503:
+        return None
+    assert response.status_code == 200, response.text
+    return response
+
+
 @pytest.fixture(scope="module")
 def quiet(quiet_api: Api) -> Iterator[httpx.Client]:
     """A client for `quiet_api`; every job it created is cancelled at the end."""
     with client_for(quiet_api) as client:
         yield client
-        listed = client.get("/api/jobs", params={"status": "pending", "limit": 500})
+        # Through a 503 (a query no worker answered in time on a loaded box).
+        listed = wait_until(
+            lambda: ok_or_none(client.get("/api/jobs", params={"status": "pending", "limit": 500})),
+            timeout=60,
+            what="the quiet API's pending jobs",
+        )
         for job in listed.json():
             if job["type"].startswith("quiet-"):
                 client.delete(f"/api/jobs/{job['id']}")
@@ -805,3 +821,36 @@ def test_counts_say_when_they_were_made(api: Api) -> None:
     as_of = int(answer.headers["X-Counts-As-Of"])
     # Made by this call or kept from one at most METRICS_CACHE_MS times STALE_MAX before it.
     assert before - 2000 * TtlCache.STALE_MAX <= as_of <= int(time.time() * 1000)
+
+
+def test_a_closed_jobs_read_is_its_runs_own_and_needs_no_worker(
+    start_stack: Callable[..., Stack],
+    temporal: DevServer,
+    job_type: str,
+    make_solver: Callable[[str], Solver],
+) -> None:
+    stack = start_stack()
+    api = stack.api
+    stack.worker(job_type, "closed-reads")
+    completed = api.submit(**make_solver('print(json.dumps({"n": 1}))\n').spec(job_type))
+    quarantined = api.submit(**make_solver("sys.exit(3)\n").spec(job_type, max_attempts=1))
+    api.wait_status(completed, "completed")
+    api.wait_status(quarantined, "quarantined")
+
+    async def by_query() -> dict[str, Job]:
+        client = await Client.connect(temporal.address, data_converter=pydantic_data_converter)
+        return {
+            job_id: await client.get_workflow_handle(job_id).query(JOB_QUERY, result_type=Job)
+            for job_id in (completed, quarantined)
+        }
+
+    # What each run's workflow answers when a worker replays it...
+    replayed = asyncio.run(by_query())
+    # ...is what the API reads once no worker is left to replay it.
+    for proc in stack.procs[1:]:
+        proc.kill()
+    read = {job_id: Job.model_validate(api.job(job_id)) for job_id in replayed}
+
+    assert read == replayed
+    assert read[completed].status == "completed" and read[completed].result == {"n": 1}
+    assert read[quarantined].status == "quarantined" and read[quarantined].fail_history
