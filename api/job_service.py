@@ -609,9 +609,11 @@ class JobService:
             return await self.get(job_id)  # re-queued meanwhile by another call
         try:
             # The closed run itself: another call may re-queue the job and delete this
-            # run between the describe and this read.
-            ended: Job = await self._client.get_workflow_handle(job_id, run_id=closed.run_id).query(
-                JOB_QUERY, result_type=Job, rpc_timeout=QUERY_TIMEOUT
+            # run between the describe and this read. Its close event, if it holds it.
+            ended = await self._reader.ended(job_id, closed.run_id) or (
+                await self._client.get_workflow_handle(job_id, run_id=closed.run_id).query(
+                    JOB_QUERY, result_type=Job, rpc_timeout=QUERY_TIMEOUT
+                )
             )
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
