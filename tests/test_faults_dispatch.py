@@ -39,7 +39,7 @@ def test_attempts_taken_as_their_dispatch_timeout_fires_run_once_and_count_once(
     job_type: str,
     tmp_path: Path,
 ) -> None:
-    n = faultkit.scale(40, 300)
+    n = faultkit.scale(24, 300)
     rng = random.Random(15)
     solver = faultkit.write_solver(tmp_path / "bin")
     log = tmp_path / "runs.log"

@@ -270,7 +270,7 @@ def check_lives_over(lives: list[Life], solver_path: Path) -> list[str]:
 def test_stops_racing_completion_end_each_job_completed_or_stopped_never_both(
     start_stack: Callable[..., Stack], temporal: DevServer, job_type: str, tmp_path: Path
 ) -> None:
-    n = faultkit.scale(200, 1000)
+    n = faultkit.scale(100, 1000)
     rng = random.Random(12)
     solver = write_lifelog_solver(tmp_path / "bin")
     log = tmp_path / "runs.log"
