@@ -43,12 +43,13 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n 4 --dist worksteal -m "not process"
 
-# Three test processes (pytest-xdist) that take tests as they free up: most tests wait on
-# processes and timeouts, so they overlap well on two cores.
+# TEST_WORKERS test processes (pytest-xdist) that take tests as they free up: most tests
+# wait on processes and timeouts, so they overlap well on two cores.
+TEST_WORKERS ?= 3
 test: $(STAMP) debian-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	@start=$$(date +%s); $(BIN)/pytest -q -n 3 --dist worksteal --durations=15 || exit $$?; \
+	@start=$$(date +%s); $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15 || exit $$?; \
 	took=$$(( $$(date +%s) - start )); \
 	if [ $$took -lt $(CI_SUITE_BUDGET_S) ]; then $(MAKE) --no-print-directory faults-rotation; \
 	else echo "fault rotation: skipped (the suite took $$took s, the budget is $(CI_SUITE_BUDGET_S) s)"; fi
