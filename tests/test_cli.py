@@ -449,3 +449,44 @@ def test_jobforge_api_listens_on_the_port_a_paas_sets_in_port(
     result = jobforge("http://unused", "api", PORT="eighty")
     assert result.returncode == 2
     assert "PORT" in one_error_line(result)
+
+
+# A blocking read that a SIGINT does not interrupt: the signal lands on another thread
+# (the main one blocks it), as one that lands just before the read's system call is seen
+# only when the read returns (a CI run saw `watch` so, 10 s after its SIGINT). Read
+# directly (`next(stream())`), this one never returns.
+MISSED_INTERRUPT = """
+import signal, socket, threading
+from worker.cli_common import interruptible
+
+quiet, _ = socket.socketpair()
+
+def stream():
+    yield quiet.recv(1)  # nothing ever comes
+
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # takes the signal
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+print("reading", flush=True)
+try:
+    next(interruptible(stream()))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.process
+def test_a_stream_read_through_interruptible_ends_on_a_sigint_the_read_missed() -> None:
+    reader = subprocess.Popen(
+        [PYTHON, "-c", MISSED_INTERRUPT],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None
+    assert reader.stdout.readline() == "reading\n"
+    reader.send_signal(signal.SIGINT)
+    try:
+        out, _ = reader.communicate(timeout=10)
+    finally:
+        reader.kill()
+    assert out == "interrupted\n"

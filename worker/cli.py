@@ -35,6 +35,7 @@ from worker.cli_common import (
     exit_process,
     exit_with,
     fail,
+    interruptible,
     print_fields,
     print_json,
     settings_or_exit,
@@ -627,7 +628,7 @@ def logs(
                 typer.echo(_log_line(line))
             exit_with(0)
         try:
-            for name, data in api.follow_logs(job_id, attempt):
+            for name, data in interruptible(api.follow_logs(job_id, attempt)):
                 if name == "log":
                     typer.echo(_log_line(data))
                 elif name == "end":
@@ -685,8 +686,8 @@ def watch(
         with HubClient(settings, require_secret=False) as api:
             while True:
                 try:
-                    for name, event_id, event in api.events(
-                        asked, job_type or [], last_id, on_open
+                    for name, event_id, event in interruptible(
+                        api.events(asked, job_type or [], last_id, on_open)
                     ):
                         last_id = event_id or last_id
                         if (
@@ -707,10 +708,7 @@ def watch(
     except HubError as err:
         fail(str(err))
     except KeyboardInterrupt:
-        # At once, what it printed flushed: an interrupt can land anywhere in the HTTP
-        # client, and its unwinding is not worth waiting on (one CI run saw a watch
-        # still running 10 s after SIGINT on the way out through typer.Exit).
-        exit_process(0)
+        exit_process(0)  # at once, what it printed flushed; the stream's thread ends too
 
 
 app.add_typer(group_app, name="group")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -17,6 +19,10 @@ from rich.text import Text
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from worker.hub_client import HubClient, HubError, HubSettings
+
+T = TypeVar("T")
+# How often a command that follows a stream looks up from it (for a Ctrl-C).
+INTERRUPT_POLL_S = 0.25
 
 
 class _Argument(TyperArgument):
@@ -163,3 +169,37 @@ def print_fields(console: Console, rows: Iterable[tuple[str, str | Text]]) -> No
     """`Name         value` lines, the name in bold."""
     for name, value in rows:
         console.print(Text.assemble((f"{name:<13}", "bold"), value), soft_wrap=True)
+
+
+def interruptible(items: Iterable[T]) -> Iterator[T]:
+    """`items` (a stream that blocks between its items), read in a daemon thread and
+    handed over through a queue that this thread waits on in turns of INTERRUPT_POLL_S.
+
+    Only the main thread takes a Ctrl-C, and a SIGINT that lands just before a blocking
+    socket read is seen only when the read returns: an SSE stream's next event or
+    keep-alive, up to 15 s later. Waiting here, it is seen within a turn. An error of
+    the reading is raised here; the caller ends the process on Ctrl-C (`exit_process`),
+    which ends the thread too."""
+    handed: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1000)
+    end = object()
+
+    def read() -> None:
+        try:
+            for item in items:
+                handed.put((True, item))
+        except BaseException as err:  # handed over, raised in the caller
+            handed.put((False, err))
+        else:
+            handed.put((True, end))
+
+    threading.Thread(target=read, name="stream", daemon=True).start()
+    while True:
+        try:
+            ok, value = handed.get(timeout=INTERRUPT_POLL_S)
+        except queue.Empty:
+            continue
+        if not ok:
+            raise value
+        if value is end:
+            return
+        yield value
