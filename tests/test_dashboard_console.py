@@ -65,6 +65,23 @@ def test_back_and_forward_walk_filters_and_jobs(page: Page, api: Api, job_type: 
     assert page.evaluate("location.hash") == listed
 
 
+def test_a_click_whose_press_and_release_straddle_a_reread_of_the_page_opens_the_job(
+    page: Page, api: Api, job_type: str
+) -> None:
+    job_id = api.submit(type=job_type)
+    sign_in(page, api, job_type=job_type)
+    box = row(page, job_id).bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + 20, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    # The page is read again and drawn between the press and the release, as the event
+    # stream's re-reads do on a busy system.
+    page.evaluate("loadPage()")
+    page.mouse.up()
+
+    expect(page.locator("#detail-id")).to_have_text(job_id)
+
+
 def test_filters_live_in_the_address_and_narrow_the_table(
     page: Page, api: Api, job_type: str
 ) -> None:

@@ -457,9 +457,23 @@ function renderPager() {
 }
 
 function renderJobs(jobs) {
+  // A job still on the page keeps its row, refilled and moved only if its place changed:
+  // a click whose press and release straddle a re-read still lands on its row (a new
+  // row under the release would take the click from it).
+  const kept = new Map([...state.rows].map(([id, shown]) => [id, shown.tr]));
   state.rows.clear();
   const body = $("#jobs-body");
-  body.replaceChildren(...jobs.map(makeRow));
+  const rows = jobs.map((job) => {
+    const tr = kept.get(job.id);
+    if (!tr) return makeRow(job);
+    state.rows.set(job.id, { job, tr });
+    fillRow(tr, job);
+    return tr;
+  });
+  rows.forEach((tr, i) => {
+    if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
+  });
+  while (body.children.length > rows.length) body.lastElementChild.remove();
   // What is on screen, for tests and scripts to wait on.
   body.dataset.filterStatus = state.status || "";
   body.dataset.filterType = state.type || "";
