@@ -8,6 +8,7 @@ import hashlib
 import itertools
 import json
 import os
+import signal
 import sys
 import textwrap
 import threading
@@ -48,6 +49,16 @@ PYTHON = sys.executable
 
 # The `process` tier, which `make check` leaves out: marked from the fixtures a test uses.
 pytest_plugins = ["tests.tiers", "tests.cpu_ledger"]
+
+
+def pytest_configure() -> None:
+    """A suite started in the background by a shell without job control (`make test &`
+    from a script) inherits SIGINT ignored, and so would every process it starts: the
+    tests of what a Ctrl-C does (`watch`, `dev`) need it as a terminal gives it. Python's
+    own handler here becomes the default in each child (an ignored signal stays
+    ignored through exec, a handled one does not)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _slow_weight(item: pytest.Item) -> tuple[str, float] | None:

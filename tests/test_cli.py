@@ -453,7 +453,7 @@ def test_jobforge_api_listens_on_the_port_a_paas_sets_in_port(
 
 # A blocking read that a SIGINT does not interrupt: the signal lands on another thread
 # (the main one blocks it), as one that lands just before the read's system call is seen
-# only when the read returns (a CI run saw `watch` so, 10 s after its SIGINT). Read
+# only when the read returns (CPython checks for signals between bytecodes). Read
 # directly (`next(stream())`), this one never returns.
 MISSED_INTERRUPT = """
 import signal, socket, threading
