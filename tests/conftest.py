@@ -264,9 +264,52 @@ def any_log_store(request: pytest.FixtureRequest, tmp_path: Path) -> LogStore:
     return open_store(request.param, tmp_path, s3)
 
 
+# What `spawn` started, in order. A process is stopped when what started it ends: the
+# test whose body started it, at the test's teardown; a fixture, once the fixture is
+# finalized (a module's API at the module's end). Idle, an API still costs the dev
+# server a listing at each look of its event feed, and the suite runs hundreds of them.
+_SPAWNED: list[Proc] = []
+# The API and workflow worker of stacks a StackPool keeps for later tests (its own).
+_POOLED: set[int] = set()
+_OWN_PROCS = pytest.StashKey[list[Proc]]()
+_FIXTURE_PROCS: dict[int, list[Proc]] = {}
+
+
+def _stop_own(started: list[Proc]) -> None:
+    for proc in reversed(started):
+        if id(proc) not in _POOLED:
+            proc.stop(timeout=10)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any]) -> Iterator[None]:
+    first = len(_SPAWNED)
+    yield
+    if len(_SPAWNED) > first:
+        _FIXTURE_PROCS[id(fixturedef)] = _SPAWNED[first:]
+
+
+def pytest_fixture_post_finalizer(fixturedef: pytest.FixtureDef[Any]) -> None:
+    _stop_own(_FIXTURE_PROCS.pop(id(fixturedef), []))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    first = len(_SPAWNED)
+    yield
+    item.stash[_OWN_PROCS] = _SPAWNED[first:]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    yield
+    _stop_own(item.stash.get(_OWN_PROCS, []))
+
+
 @pytest.fixture(scope="session")
 def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Proc]]:
-    """Start `python -m worker.cli <args>` with an env; all are stopped at session end."""
+    """Start `python -m worker.cli <args>` with an env; each is stopped when the test or
+    fixture that started it ends (above), and any left at session end."""
     logs = tmp_path_factory.mktemp("logs")
     started: list[Proc] = []
 
@@ -275,6 +318,7 @@ def spawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Pr
             procs.jobforge(*args), logs / f"{args[0]}-{uuid.uuid4().hex[:8]}.log", env
         )
         started.append(proc)
+        _SPAWNED.append(proc)
         return proc
 
     yield start
@@ -568,6 +612,7 @@ class StackPool:
             NODE_ID=f"{name}-workflows",
             **queues,
         )
+        _POOLED.update((id(api.proc), id(workflows)))
         return Stack(api, queues, self.start_worker, [api.proc, workflows])
 
     def give_back(self, api_env: dict[str, str], stack: Stack, *, keep: bool = True) -> None:
