@@ -189,12 +189,6 @@ def base_env(temporal: DevServer, **extra: str) -> dict[str, str]:
         # often: a query each time, ~0.03 s of CPU a second at 100 ms for as long as the
         # session runs, and a new type's first job waits 0.1 s longer at 250 ms.
         WORKER_TYPE_POLL_MS="250",
-        # An API's event feed with no SSE client lists every job of the namespace updated
-        # in its look-back, however idle the API: the suite keeps a score of APIs up on
-        # three dev servers. Each look costs the server per row (bench.idle_feeds: six
-        # idle replicas at 10 jobs/s cost 0.13 of a core at 1 s, 0.09 at 5 s). An SSE
-        # client still brings the 100 ms looks (EVENTS_POLL_MS).
-        EVENTS_IDLE_POLL_MS="5000",
         LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",
         # Job logs, shared by every API and worker of the session (as a volume would be).
