@@ -462,11 +462,11 @@ from worker.cli_common import interruptible
 quiet, _ = socket.socketpair()
 
 def stream():
+    print("reading", flush=True)  # by now the main thread waits inside the try below
     yield quiet.recv(1)  # nothing ever comes
 
 threading.Thread(target=threading.Event().wait, daemon=True).start()  # takes the signal
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-print("reading", flush=True)
 try:
     next(interruptible(stream()))
 except KeyboardInterrupt:
