@@ -235,9 +235,10 @@ class Api:
 
 @pytest.fixture(scope="session")
 def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    """One dev server for the session (SQLite file, tuned dynamic config, headless)."""
+    """One dev server for the session (tuned dynamic config, headless), its database in
+    memory: nothing restarts it, and a job costs it less so (bench.temporal_store)."""
     data = tmp_path_factory.mktemp("temporal")
-    server = DevServer(data, port=free_port(), ui_port=None)
+    server = DevServer(data, port=free_port(), ui_port=None, in_memory=True)
     server.start()
     yield server
     server.stop()

@@ -107,6 +107,9 @@ class DevServer:
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
     # False stands in for a cluster nobody has set up (`jobforge setup` does it).
     register_attributes: bool = True
+    # Keep the database in memory, not in `data_dir`: for a server whose data dies with
+    # it (a test session's). bench.temporal_store prints what a job costs either way.
+    in_memory: bool = False
     # SIGKILL the server when the thread that started it dies (`jobforge dev` sets it;
     # a test session starting it from a short-lived thread must not).
     die_with_parent: bool = False
@@ -128,8 +131,6 @@ class DevServer:
             "127.0.0.1",
             "--port",
             str(self.port),
-            "--db-filename",
-            str(self.data_dir / "temporal.sqlite"),
             "--namespace",
             self.namespace,
             "--log-level",
@@ -139,8 +140,10 @@ class DevServer:
             cmd.append("--headless")
         else:
             cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
-        for pragma in SQLITE_PRAGMAS:
-            cmd += ["--sqlite-pragma", pragma]
+        if not self.in_memory:
+            cmd += ["--db-filename", str(self.data_dir / "temporal.sqlite")]
+            for pragma in SQLITE_PRAGMAS:
+                cmd += ["--sqlite-pragma", pragma]
         for key, value in {**DYNAMIC_CONFIG, **self.extra_dynamic_config}.items():
             cmd += ["--dynamic-config-value", f"{key}={value}"]
         if self.register_attributes:
