@@ -42,10 +42,17 @@ committed (see git history).
 - `-v11`: a group gate that recorded its operators' changes (GATE_AUDIT_PATCH): a pause
   and a resume by a caller, and a change of its max_parallel, kept in its memo and
   carried across its continue-as-new.
+- `-v12`: plain jobs as the one-loop JobWorkflow runs them (no marker).
+- `-v13`: an operator's re-queue of a pending job whose attempt nobody had claimed yet,
+  from before OPS_REQUEUE_PENDING_KEPT_PATCH: the attempt was cancelled and a second one
+  completed the job (no marker).
+- `-v14`: the same re-queue with OPS_REQUEUE_PENDING_KEPT_PATCH: the job stayed pending,
+  its attempt went on and completed it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -75,13 +82,14 @@ from workflows.job_patches import (
     CANCEL_WAIT_PATCH,
     GRANTED_AT_SUBMIT_PATCH,
     HOST_PINNING_PATCH,
+    OPS_REQUEUE_PENDING_KEPT_PATCH,
     SCHEDULING_PATCH,
     STOP_WAITS_FOR_WORK_PATCH,
 )
 from workflows.job_states import JobStatus
 from workflows.job_workflow import JobWorkflow
-from workflows.models import JobSpec
-from workflows.names import GRANT_SIGNAL, RECALL_SIGNAL
+from workflows.models import Job, JobSpec
+from workflows.names import GRANT_SIGNAL, OPS_REQUEUE_UPDATE, RECALL_SIGNAL
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORD = os.environ.get("JOBFORGE_RECORD_HISTORIES") == "1"
@@ -143,6 +151,12 @@ SETS = {
         "job-one-loop-failed-once-then-completed": ("JobWorkflow", "COMPLETED"),
         "job-one-loop-quarantined": ("JobWorkflow", "FAILED"),
     },
+    "-v13": {
+        "job-pending-requeued-by-ops-completed": ("JobWorkflow", "COMPLETED"),
+    },
+    "-v14": {
+        "job-pending-requeued-by-ops-completed": ("JobWorkflow", "COMPLETED"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -157,6 +171,8 @@ PATCHES: dict[str, str | None] = {
     "-v10": GRANTED_AT_SUBMIT_PATCH,  # the job's; the gate's are checked on their own
     "-v11": GATE_AUDIT_PATCH,  # in the gate's history
     "-v12": None,  # plain jobs: no marker
+    "-v13": None,
+    "-v14": OPS_REQUEUE_PENDING_KEPT_PATCH,
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -259,8 +275,31 @@ async def test_recording_one_loop_job_histories_from_real_runs(harness: Harness)
     await save(harness.client, quarantined.id, f"job-one-loop-quarantined{suffix}")
 
 
-async def _cancelled(attempts: list[int]) -> bool:
-    return bool(attempts)
+# The set test_recording_a_pending_jobs_ops_requeue writes.
+OPS_REQUEUE_SUFFIX = "-v14"
+
+
+@pytest.mark.skipif(not RECORD, reason="records only with JOBFORGE_RECORD_HISTORIES=1")
+async def test_recording_a_pending_jobs_ops_requeue(harness: Harness) -> None:
+    """An operator re-queues a job whose attempt a worker runs but has not reported (a
+    native worker's first 0.5 s, say): the job still reads `pending`."""
+    name = f"job-pending-requeued-by-ops-completed{OPS_REQUEUE_SUFFIX}"
+    assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
+    stand_in, release = harness.stand_in, asyncio.Event()
+    stand_in.script[1] = stand_in.hold(release, phases=())
+    stand_in.default = stand_in.succeed()
+    handle = await harness.submit(max_attempts=3)
+
+    async def started() -> bool:
+        return 1 in stand_in.started
+
+    await wait_until_async(started, timeout=30, what="attempt 1 to start")
+    job = await handle.execute_update(OPS_REQUEUE_UPDATE, "ops-a", result_type=Job)
+    assert job.status == JobStatus.PENDING
+    release.set()
+    done = await harness.wait_status(handle, JobStatus.COMPLETED)
+    assert (stand_in.started, stand_in.cancelled, done.attempts) == ([1], [], 1)
+    await save(harness.client, handle.id, name)
 
 
 # -- replay (always) --------------------------------------------------------------------
@@ -300,6 +339,22 @@ def patch_ids(events: list[dict[str, Any]]) -> list[str]:
             payload = event["markerRecordedEventAttributes"]["details"]["patch-data"]
             ids.append(json.loads(base64.b64decode(payload["payloads"][0]["data"]))["id"])
     return ids
+
+
+def activity_events(name: str) -> list[str]:
+    """A history's activity events, in order, without their prefix."""
+    events = raw(name)["events"]
+    assert isinstance(events, list)
+    kinds = [e["eventType"].removeprefix("EVENT_TYPE_") for e in events]
+    return [kind for kind in kinds if kind.startswith("ACTIVITY_TASK_")]
+
+
+def test_a_pending_jobs_ops_requeue_cancelled_its_attempt_before_the_patch_and_not_since() -> None:
+    name = "job-pending-requeued-by-ops-completed"
+    scheduled, cancel = "ACTIVITY_TASK_SCHEDULED", "ACTIVITY_TASK_CANCEL_REQUESTED"
+    before, since = activity_events(f"{name}-v13"), activity_events(f"{name}-v14")
+    assert (before.count(scheduled), before.count(cancel)) == (2, 1)
+    assert (since.count(scheduled), since.count(cancel)) == (1, 0)
 
 
 def test_the_capacity_recall_pool_history_took_the_patched_path() -> None:

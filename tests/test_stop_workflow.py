@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -183,6 +184,31 @@ async def test_ops_requeue_restarts_a_running_attempt_under_the_same_id(harness:
     assert [(t.status, t.by) for t in requeued] == [(JobStatus.PENDING, "ops")]
     with pytest.raises(RPCError):  # completed and closed: refused
         await handle.execute_update(JobWorkflow.ops_requeue)
+
+
+async def test_ops_requeue_leaves_a_pending_job_and_the_attempt_its_worker_has_not_reported(
+    harness: Harness,
+) -> None:
+    """A second retry of an ended job can reach the run the first one started: it must
+    not re-queue that run again (`POST /api/ops/jobs/{id}/requeue` five at once)."""
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release, phases=())
+    handle = await harness.submit()
+
+    async def started() -> bool:
+        return harness.stand_in.started == [1]
+
+    await wait_until_async(started, what="attempt 1 to start unreported")
+    for by in ("ops-a", "ops-b"):
+        job = await handle.execute_update(JobWorkflow.ops_requeue, by)
+        assert (job.status, job.attempt, statuses(job)) == (JobStatus.PENDING, 1, ["pending"])
+    history = await handle.fetch_history()
+    kinds = [EventType.Name(event.event_type) for event in history.events]
+    assert "EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED" not in kinds  # its attempt goes on
+    release.set()
+    job = await harness.wait_status(handle, JobStatus.COMPLETED)
+    assert [t.reason for t in job.transitions].count("requeued") == 0
+    assert (harness.stand_in.started, harness.stand_in.cancelled, job.attempts) == ([1], [], 1)
 
 
 # -- stopped means the work is gone ---------------------------------------------------

@@ -38,6 +38,10 @@ STOP_WAITS_FOR_WORK_PATCH = "stop-waits-for-the-work"
 RECALL_ANSWERED_PATCH = "recall-always-answered"
 # A native worker that died holding an unreported attempt still took it.
 NATIVE_DEATH_COUNTS_PATCH = "native-death-counts"
+# An operator's re-queue of a pending job leaves its attempt be (before: cancelled and
+# scheduled again): the second of two retries of an ended job, reaching the run the
+# first started, makes no second re-queue. Only such a re-queue records it.
+OPS_REQUEUE_PENDING_KEPT_PATCH = "ops-requeue-pending-kept"
 
 JOB_PATCHES: tuple[str, ...] = (
     SCHEDULING_PATCH,
@@ -48,4 +52,5 @@ JOB_PATCHES: tuple[str, ...] = (
     STOP_WAITS_FOR_WORK_PATCH,
     RECALL_ANSWERED_PATCH,
     NATIVE_DEATH_COUNTS_PATCH,
+    OPS_REQUEUE_PENDING_KEPT_PATCH,
 )

@@ -416,9 +416,12 @@ class JobWorkflow:
     @workflow.update(name=names.OPS_REQUEUE_UPDATE)
     def ops_requeue(self, by: str | None = None) -> Job:
         """Operator override: a held job comes back to pending; a live one has its attempt
-        cancelled (the worker kills the solver) and a new one started."""
+        cancelled (the worker kills the solver) and a new one started; a pending one stays."""
         if self._control.requeueable():
             return self._requeue_held(by or names.OPS_BY)
+        pending = self._job.status == JobStatus.PENDING
+        if pending and workflow.patched(patches.OPS_REQUEUE_PENDING_KEPT_PATCH):
+            return self._job  # nobody holds its attempt: nothing to end
         if self._handle is not None and self._control.ask_requeue_attempt(by):
             self._handle.cancel()
         return self._job

@@ -57,7 +57,8 @@ class Cleaned(BaseModel):
 async def requeue(job_id: JobId, jobs: JobsDep, scope: ScopeDep, by: OpsByDep) -> Job:
     """From any state but completed: a running attempt is ended (its solver killed) and
     a new one started; a quarantined or stopped job that is still open (of a group or
-    target) comes back to `pending`. Same id; attempts and fail_history go on."""
+    target) comes back to `pending`; a pending job stays as it is. Same id; attempts
+    and fail_history go on."""
     return await jobs.ops_requeue(job_id, scope, by)
 
 
