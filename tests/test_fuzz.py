@@ -67,7 +67,9 @@ def fuzz_api(
     Its own server: the session's holds the workflows of stopped stacks, which no worker
     serves any more, so reading them would rightly answer 503.
     """
-    server = DevServer(tmp_path_factory.mktemp("fuzz-temporal"), port=free_port(), ui_port=None)
+    server = DevServer(
+        tmp_path_factory.mktemp("fuzz-temporal"), port=free_port(), ui_port=None, in_memory=True
+    )
     server.start()
     port = free_port()
     proc = spawn(["api", "--port", str(port)], base_env(server, SOLVER_URL_SCHEMES="https"))
