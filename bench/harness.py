@@ -31,12 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
 from tests.procs import ROOT, Proc, jobforge, spawn
@@ -252,6 +254,22 @@ class Bench:
             **env,
         )
 
+    def server_db_operations(self) -> Counter[str]:
+        """The dev server's database operations so far, by service and operation (from
+        its `persistence_requests` metric)."""
+        assert self.server.metrics_port is not None
+        url = f"http://127.0.0.1:{self.server.metrics_port}/metrics"
+        found: Counter[str] = Counter()
+        for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+            if family.name != "persistence_requests":
+                continue
+            for sample in family.samples:
+                labels = sample.labels
+                found[f"{labels.get('service_name')} {labels.get('operation')}"] += int(
+                    sample.value
+                )
+        return found
+
     def server_pid(self) -> int:
         """The dev server's process id (it is running)."""
         assert self.server.process is not None
@@ -312,7 +330,7 @@ def run_bench(
     else:
         data = keep_data.resolve()
         data.mkdir(parents=True, exist_ok=True)
-    server = DevServer(data / "temporal", port=free_port(), ui_port=None)
+    server = DevServer(data / "temporal", port=free_port(), ui_port=None, metrics_port=free_port())
     bench = Bench(args, data, server, drop_env=drop_env)
     ok = False
     try:

@@ -33,7 +33,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import EventType
@@ -73,6 +73,8 @@ class Phase:
     cpu: dict[str, float]
     # Visibility listings the API's event feed made in the window (jobforge only).
     listings: float | None = None
+    # The dev server's database operations in the window, by service and operation.
+    db: Counter[str] = field(default_factory=Counter)
 
 
 def _iso(ts: float) -> str:
@@ -149,9 +151,10 @@ async def measure(
     submit: Callable[[int], Awaitable[str]],
     meter: CpuMeter,
     listings: Callable[[], Awaitable[float | None]] | None = None,
+    db: Callable[[], Counter[str]] | None = None,
 ) -> Phase:
     """Warm up, then time one batch from its first submit to its last close;
-    `listings` (a counter read at both ends of the window) is given as its delta."""
+    `listings` and `db` (counters read at both ends of the window) as their deltas."""
     completed = f"WorkflowType='{workflow_type}' AND ExecutionStatus='Completed'"
     baseline = (await client.count_workflows(completed)).count
     if args.warmup:
@@ -160,15 +163,17 @@ async def measure(
     await asyncio.sleep(0.5)  # let the warm-up's trailing work settle
     baseline = (await client.count_workflows(completed)).count
     listed_before = await listings() if listings is not None else None
+    db_before = db() if db is not None else Counter[str]()
     meter.start()
     first_submit = time.time()
     ids, submit_seconds = await run_batch(args.jobs, args.concurrency, submit)
     await wait_completed(client, workflow_type, baseline + args.jobs, args.timeout)
     cpu = meter.stop()
+    db_ops = db() - db_before if db is not None else Counter[str]()
     listed_after = await listings() if listings is not None else None
     end = await last_close(client, workflow_type, ids, first_submit)
     listed = None if listed_before is None or listed_after is None else listed_after - listed_before
-    return Phase(name, ids, end - first_submit, submit_seconds, cpu, listed)
+    return Phase(name, ids, end - first_submit, submit_seconds, cpu, listed, db_ops)
 
 
 async def event_counts(client: Client, ids: list[str], sample: int) -> tuple[Counter[str], int]:
@@ -233,6 +238,9 @@ def print_cpu(phase: Phase, jobs: int) -> None:
     ]
     total = sum(phase.cpu.values())
     print(f"  cpu during {phase.name} window: " + ", ".join(parts))
+    if phase.db:
+        top = ", ".join(f"{op} {n / jobs:.2f}" for op, n in phase.db.most_common(4))
+        print(f"  server database operations per job: {phase.db.total() / jobs:.1f} (most: {top})")
     if phase.listings is not None:
         print(
             f"  event feed visibility listings in the window: {phase.listings:.0f} "
@@ -266,7 +274,16 @@ async def jobforge_phase(bench: Bench, client: Client) -> Phase:
             async def listings() -> float | None:
                 return (await feed_metrics(http)).get(POLLS_METRIC)
 
-            return await measure("jobforge", client, JOB_WORKFLOW, args, submit, meter, listings)
+            return await measure(
+                "jobforge",
+                client,
+                JOB_WORKFLOW,
+                args,
+                submit,
+                meter,
+                listings=listings,
+                db=bench.server_db_operations,
+            )
 
 
 async def bare_phase(bench: Bench, client: Client) -> Phase:
@@ -301,7 +318,9 @@ async def bare_phase(bench: Bench, client: Client) -> Phase:
         }
     )
     with bare_proc:
-        return await measure("bare", client, "BareJob", args, submit, meter)
+        return await measure(
+            "bare", client, "BareJob", args, submit, meter, db=bench.server_db_operations
+        )
 
 
 async def run(bench: Bench) -> None:

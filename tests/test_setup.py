@@ -16,6 +16,8 @@ from tests.conftest import ROOT
 from worker.devserver import DevServer, free_port
 from workflows import search_attributes
 
+KEYWORDS = [name for name, kind in search_attributes.REGISTRATION.items() if kind == "Keyword"]
+
 # Starts processes (tests/tiers.py): not in `make check`.
 pytestmark = pytest.mark.process
 
@@ -59,6 +61,9 @@ async def test_setup_registers_the_search_attributes_once_and_is_idempotent(
     assert not wanted & await registered(bare_server)
 
     first = setup_command(bare_server.address)
+    # Usable once setup returns: a query naming them all is accepted at once.
+    client = await Client.connect(bare_server.address)
+    await client.count_workflows(" AND ".join(f"{name} = ''" for name in KEYWORDS))
     second = setup_command(bare_server.address)
 
     assert first.returncode == 0, first.stderr

@@ -4,11 +4,15 @@ TLS, mTLS or API-key cluster is reached with the same `TEMPORAL_*` settings."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from engine.connection import TemporalSettings, connect
@@ -19,6 +23,11 @@ KINDS = {
     "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
     "Datetime": IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
 }
+
+# A value of each kind, for a visibility query that names an attribute.
+SAMPLES = {"Keyword": "''", "Int": "0", "Datetime": "'2000-01-01T00:00:00Z'"}
+# How long added attributes may take to reach every part of the server (its caches).
+USABLE_WITHIN_S = 90.0
 
 # How a cluster that manages search attributes elsewhere says no: Temporal Cloud adds
 # them through tcld, its UI or Terraform, not through the operator service.
@@ -60,4 +69,21 @@ async def register_search_attributes(temporal: TemporalSettings) -> list[str]:
             raise SearchAttributesRefusedError(
                 temporal.namespace, sorted(missing), err.message
             ) from err
+        await wait_until_usable(client, sorted(missing))
     return sorted(missing)
+
+
+async def wait_until_usable(client: Client, names: list[str]) -> None:
+    """Wait until a visibility query naming every one of `names` is accepted: a server
+    reads added attributes into its caches a moment later (about 2 s for the dev
+    server), and a job started before then would be refused."""
+    query = " AND ".join(f"{name} = {SAMPLES[REGISTRATION[name]]}" for name in names)
+    deadline = time.monotonic() + USABLE_WITHIN_S
+    while True:
+        try:
+            await client.count_workflows(query)
+            return
+        except RPCError as err:
+            if err.status != RPCStatusCode.INVALID_ARGUMENT or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)

@@ -28,7 +28,12 @@ DYNAMIC_CONFIG: dict[str, str] = {
     "frontend.namespaceRPS.visibility": "10000",
     "frontend.namespaceBurstRatio.visibility": "2",
     "history.transferProcessorMaxPollRPS": "1000",
-    "system.forceSearchAttributesCacheRefreshOnRead": "true",
+    # The search-attribute cache on, as on any cluster: `temporal server start-dev` turns
+    # it off unless told, and then reads the cluster's metadata and the namespace from
+    # its database for every start, upsert and visibility query (about 20 reads a job;
+    # docs/benchmarks.md, "The search-attribute cache"). Attributes added to a running
+    # server are usable some 2 s later (cluster_setup waits for them).
+    "system.forceSearchAttributesCacheRefreshOnRead": "false",
     # A re-queued ended job's closed run is deleted as soon as its new run starts, so
     # lists hold the job once: without these the delete waits for the queues' ack levels
     # (bench.requeue prints how soon the row is gone with them: docs/benchmarks.md). The
@@ -110,6 +115,9 @@ class DevServer:
     # Keep the database in memory, not in `data_dir`: for a server whose data dies with
     # it (a test session's). bench.temporal_store prints what a job costs either way.
     in_memory: bool = False
+    # Serve the server's Prometheus metrics on this port (the benches read its database
+    # operations from them); None: no metrics endpoint.
+    metrics_port: int | None = None
     # SIGKILL the server when the thread that started it dies (`jobforge dev` sets it;
     # a test session starting it from a short-lived thread must not).
     die_with_parent: bool = False
@@ -140,6 +148,8 @@ class DevServer:
             cmd.append("--headless")
         else:
             cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        if self.metrics_port is not None:
+            cmd += ["--metrics-port", str(self.metrics_port)]
         if not self.in_memory:
             cmd += ["--db-filename", str(self.data_dir / "temporal.sqlite")]
             for pragma in SQLITE_PRAGMAS:
