@@ -254,20 +254,21 @@ class Bench:
             **env,
         )
 
-    def server_db_operations(self) -> Counter[str]:
-        """The dev server's database operations so far, by service and operation (from
-        its `persistence_requests` metric)."""
+    def server_counts(self) -> Counter[str]:
+        """The dev server's database operations (`db <service> <operation>`, its
+        `persistence_requests` metric) and the requests its frontend answered (`rpc
+        <operation>`, `service_requests`) so far."""
         assert self.server.metrics_port is not None
         url = f"http://127.0.0.1:{self.server.metrics_port}/metrics"
         found: Counter[str] = Counter()
         for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
-            if family.name != "persistence_requests":
-                continue
             for sample in family.samples:
-                labels = sample.labels
-                found[f"{labels.get('service_name')} {labels.get('operation')}"] += int(
-                    sample.value
-                )
+                labels, value = sample.labels, int(sample.value)
+                service, operation = labels.get("service_name"), labels.get("operation")
+                if family.name == "persistence_requests":
+                    found[f"db {service} {operation}"] += value
+                elif family.name == "service_requests" and service == "frontend":
+                    found[f"rpc {operation}"] += value
         return found
 
     def server_pid(self) -> int:

@@ -73,8 +73,8 @@ class Phase:
     cpu: dict[str, float]
     # Visibility listings the API's event feed made in the window (jobforge only).
     listings: float | None = None
-    # The dev server's database operations in the window, by service and operation.
-    db: Counter[str] = field(default_factory=Counter)
+    # The dev server's database operations and frontend requests in the window.
+    server: Counter[str] = field(default_factory=Counter)
 
 
 def _iso(ts: float) -> str:
@@ -151,10 +151,10 @@ async def measure(
     submit: Callable[[int], Awaitable[str]],
     meter: CpuMeter,
     listings: Callable[[], Awaitable[float | None]] | None = None,
-    db: Callable[[], Counter[str]] | None = None,
+    server: Callable[[], Counter[str]] | None = None,
 ) -> Phase:
     """Warm up, then time one batch from its first submit to its last close;
-    `listings` and `db` (counters read at both ends of the window) as their deltas."""
+    `listings` and `server` (counters read at both ends of the window) as their deltas."""
     completed = f"WorkflowType='{workflow_type}' AND ExecutionStatus='Completed'"
     baseline = (await client.count_workflows(completed)).count
     if args.warmup:
@@ -163,17 +163,17 @@ async def measure(
     await asyncio.sleep(0.5)  # let the warm-up's trailing work settle
     baseline = (await client.count_workflows(completed)).count
     listed_before = await listings() if listings is not None else None
-    db_before = db() if db is not None else Counter[str]()
+    server_before = server() if server is not None else Counter[str]()
     meter.start()
     first_submit = time.time()
     ids, submit_seconds = await run_batch(args.jobs, args.concurrency, submit)
     await wait_completed(client, workflow_type, baseline + args.jobs, args.timeout)
     cpu = meter.stop()
-    db_ops = db() - db_before if db is not None else Counter[str]()
+    server_ops = server() - server_before if server is not None else Counter[str]()
     listed_after = await listings() if listings is not None else None
     end = await last_close(client, workflow_type, ids, first_submit)
     listed = None if listed_before is None or listed_after is None else listed_after - listed_before
-    return Phase(name, ids, end - first_submit, submit_seconds, cpu, listed, db_ops)
+    return Phase(name, ids, end - first_submit, submit_seconds, cpu, listed, server_ops)
 
 
 async def event_counts(client: Client, ids: list[str], sample: int) -> tuple[Counter[str], int]:
@@ -238,9 +238,13 @@ def print_cpu(phase: Phase, jobs: int) -> None:
     ]
     total = sum(phase.cpu.values())
     print(f"  cpu during {phase.name} window: " + ", ".join(parts))
-    if phase.db:
-        top = ", ".join(f"{op} {n / jobs:.2f}" for op, n in phase.db.most_common(4))
-        print(f"  server database operations per job: {phase.db.total() / jobs:.1f} (most: {top})")
+    for kind, label in (("db", "database operations"), ("rpc", "frontend requests")):
+        counts = Counter(
+            {k[len(kind) + 1 :]: n for k, n in phase.server.items() if k.startswith(kind)}
+        )
+        if counts:
+            top = ", ".join(f"{op} {n / jobs:.2f}" for op, n in counts.most_common(5))
+            print(f"  server {label} per job: {counts.total() / jobs:.1f} (most: {top})")
     if phase.listings is not None:
         print(
             f"  event feed visibility listings in the window: {phase.listings:.0f} "
@@ -282,7 +286,7 @@ async def jobforge_phase(bench: Bench, client: Client) -> Phase:
                 submit,
                 meter,
                 listings=listings,
-                db=bench.server_db_operations,
+                server=bench.server_counts,
             )
 
 
@@ -319,7 +323,7 @@ async def bare_phase(bench: Bench, client: Client) -> Phase:
     )
     with bare_proc:
         return await measure(
-            "bare", client, "BareJob", args, submit, meter, db=bench.server_db_operations
+            "bare", client, "BareJob", args, submit, meter, server=bench.server_counts
         )
 
 
