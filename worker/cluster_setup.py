@@ -75,8 +75,8 @@ async def register_search_attributes(temporal: TemporalSettings) -> list[str]:
 
 async def wait_until_usable(client: Client, names: list[str]) -> None:
     """Wait until a visibility query naming every one of `names` is accepted: a server
-    reads added attributes into its caches a moment later (about 2 s for the dev
-    server), and a job started before then would be refused."""
+    reads added attributes into its caches a moment later, and a job started before
+    then would be refused."""
     query = " AND ".join(f"{name} = {SAMPLES[REGISTRATION[name]]}" for name in names)
     deadline = time.monotonic() + USABLE_WITHIN_S
     while True:

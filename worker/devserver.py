@@ -30,9 +30,9 @@ DYNAMIC_CONFIG: dict[str, str] = {
     "history.transferProcessorMaxPollRPS": "1000",
     # The search-attribute cache on, as on any cluster: `temporal server start-dev` turns
     # it off unless told, and then reads the cluster's metadata and the namespace from
-    # its database for every start, upsert and visibility query (about 20 reads a job;
+    # its database for every start, upsert and visibility query (some 30 reads a job;
     # docs/benchmarks.md, "The search-attribute cache"). Attributes added to a running
-    # server are usable some 2 s later (cluster_setup waits for them).
+    # server are usable a moment later (cluster_setup waits for them).
     "system.forceSearchAttributesCacheRefreshOnRead": "false",
     # A re-queued ended job's closed run is deleted as soon as its new run starts, so
     # lists hold the job once: without these the delete waits for the queues' ack levels
