@@ -5,6 +5,12 @@ modules, seen from the caller's side: the API, the native worker and the CLI use
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -35,8 +41,55 @@ async def known_job_types(client: Client, task_queue: str) -> list[str]:
         return []
     if desc.status not in (WorkflowExecutionStatus.RUNNING, None):
         return []
-    raw = (await desc.memo()).get(TYPES_MEMO, [])
+    return _types_in((await desc.memo()).get(TYPES_MEMO, []))
+
+
+def _types_in(raw: Any) -> list[str]:
     return [str(t) for t in raw] if isinstance(raw, list) else []
+
+
+# A history long poll that nothing answers returns empty after the server's expiry
+# (20 s by default); the call's own deadline is beyond it.
+LONG_POLL_TIMEOUT = timedelta(seconds=70)
+
+
+async def follow_job_types(
+    client: Client, task_queue: str, absent_s: float
+) -> AsyncIterator[list[str]]:
+    """Every job type ever submitted, now and again each time the set changes.
+
+    One describe reads the registry's memo; then its run's history is followed by long
+    poll (`wait_new_event`). Every change to the set is a memo upsert event that holds
+    the whole set, so a type added is seen as soon as the registry records it, and an
+    idle follower costs one request per long-poll expiry. When the run ends (it
+    continues as new), the next run is followed. No registry yet: an empty set, and a
+    look again every `absent_s`. Never ends; errors are the caller's."""
+    handle = client.get_workflow_handle(registry_workflow_id(task_queue))
+    while True:
+        try:
+            desc = await handle.describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            yield []
+            await asyncio.sleep(absent_s)
+            continue
+        yield _types_in((await desc.memo()).get(TYPES_MEMO, []))
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            await asyncio.sleep(absent_s)  # between a run's end and the next's start
+            continue
+        events = client.get_workflow_handle(desc.id, run_id=desc.run_id).fetch_history_events(
+            wait_new_event=True, rpc_timeout=LONG_POLL_TIMEOUT
+        )
+        async for event in events:  # ends when the run closes
+            if event.event_id <= desc.history_length:
+                continue  # read by the describe
+            if event.event_type != EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+                continue
+            upserted = event.workflow_properties_modified_event_attributes.upserted_memo
+            if TYPES_MEMO in upserted.fields:
+                [raw] = await client.data_converter.decode([upserted.fields[TYPES_MEMO]])
+                yield _types_in(raw)
 
 
 async def register_job_type(client: Client, temporal: TemporalSettings, job_type: str) -> None:

@@ -185,9 +185,8 @@ def base_env(temporal: DevServer, **extra: str) -> dict[str, str]:
         FORGE_INGEST_SECRET=SECRET,
         SOLVER_URL_SCHEMES="https,http,file",
         SOLVER_ALLOW_PRIVATE_NETWORKS="true",
-        # Workers without WORKER_TYPES (the session worker) read the type registry this
-        # often: a query each time, ~0.03 s of CPU a second at 100 ms for as long as the
-        # session runs, and a new type's first job waits 0.1 s longer at 250 ms.
+        # Workers without WORKER_TYPES (the session worker) follow the type registry's
+        # history; they look for it this often while it does not exist yet.
         WORKER_TYPE_POLL_MS="250",
         LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",

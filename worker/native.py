@@ -18,7 +18,7 @@ from activities.container import WORKER_LABEL
 from activities.runner import watch_solvers_by_pidfd
 from engine.clock import now_ms
 from engine.connection import Route, TemporalSettings, connect, metrics_runtime
-from engine.directory import known_job_types, register_worker, worker_telemetry
+from engine.directory import follow_job_types, register_worker, worker_telemetry
 from engine.hosts import HostSettings
 from engine.log_settings import LogSettings
 from engine.tracing import start_tracing
@@ -248,15 +248,28 @@ class NativeWorker:
                 await asyncio.wait_for(stop.wait(), SEEN_EVERY_S)
 
     async def _discover_types(self, stop: asyncio.Event) -> None:
-        """Follow the type registry so types first submitted later are served too."""
-        while not stop.is_set():
+        """Follow the type registry until `stop`, so types first submitted later are
+        served too, as soon as the registry records them."""
+        following = asyncio.create_task(self._follow_types(), name="type registry")
+        try:
+            await stop.wait()
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+
+    async def _follow_types(self) -> None:
+        retry_s = self._settings.type_poll_ms / 1000
+        while True:
             try:
-                for job_type in await known_job_types(self._client, self._temporal.task_queue):
-                    self.serve_type(job_type)
+                async for types in follow_job_types(
+                    self._client, self._temporal.task_queue, retry_s
+                ):
+                    for job_type in types:
+                        self.serve_type(job_type)
             except Exception as err:  # a registry hiccup must not stop the worker
                 log.warning("reading the job type registry failed: %s", err)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._settings.type_poll_ms / 1000)
+            await asyncio.sleep(retry_s)
 
 
 class OneLineFailures(logging.Filter):

@@ -95,6 +95,8 @@ class WorkerSettings(BaseSettings):
     # False: register (so the fleet shows it), run no jobs.
     enabled: bool = True
     shutdown_grace_s: float = 30.0
+    # With WORKER_TYPES empty: how often to look for the type registry while there is
+    # none, and again after an error (otherwise its history is followed by long poll).
     type_poll_ms: int = Field(default=1000, ge=50)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     # A solver's progress reaches Temporal (and readers) at most this often per job.
