@@ -32,8 +32,9 @@ from workflows.names import EVENTS_MEMO, JOB_WORKFLOW
 
 # How long a job is watched not to be taken. The session worker serves a new type as
 # soon as the registry records it (it follows the registry's history) and takes a task
-# within milliseconds of polling its queue, so a worker that polled the job's queue would have taken it many times
-# over; a bounded negative check, made only once the worker has seen the type.
+# within milliseconds of polling its queue, so a worker that polled the job's queue
+# would have taken it many times over; a bounded negative check, made only once the
+# worker has seen the type.
 UNTOUCHED_S = 3.0
 
 
