@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -33,14 +33,23 @@ from workflows.worker_record import WorkerRecordWorkflow, WorkerState
 async def known_job_types(client: Client, task_queue: str) -> list[str]:
     """Every job type ever submitted, from the registry workflow's memo (a describe
     call: no workflow task). None yet, or no registry: an empty list."""
+    desc = await _registry(client, task_queue)
+    if desc is None or desc.status not in (WorkflowExecutionStatus.RUNNING, None):
+        return []
+    return await _types_of(desc)
+
+
+async def _registry(client: Client, task_queue: str) -> WorkflowExecutionDescription | None:
+    """The registry's current run, described; None if there is none."""
     try:
-        desc = await client.get_workflow_handle(registry_workflow_id(task_queue)).describe()
+        return await client.get_workflow_handle(registry_workflow_id(task_queue)).describe()
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
-        return []
-    if desc.status not in (WorkflowExecutionStatus.RUNNING, None):
-        return []
+        return None
+
+
+async def _types_of(desc: WorkflowExecutionDescription) -> list[str]:
     return _types_in((await desc.memo()).get(TYPES_MEMO, []))
 
 
@@ -48,8 +57,8 @@ def _types_in(raw: Any) -> list[str]:
     return [str(t) for t in raw] if isinstance(raw, list) else []
 
 
-# A history long poll that nothing answers returns empty after the server's expiry
-# (20 s by default); the call's own deadline is beyond it.
+# A history long poll that nothing answers returns empty at the server's long-poll
+# expiry and is asked again; its own deadline is long, so that the expiry ends it.
 LONG_POLL_TIMEOUT = timedelta(seconds=70)
 
 
@@ -64,19 +73,11 @@ async def follow_job_types(
     idle follower costs one request per long-poll expiry. When the run ends (it
     continues as new), the next run is followed. No registry yet: an empty set, and a
     look again every `absent_s`. Never ends; errors are the caller's."""
-    handle = client.get_workflow_handle(registry_workflow_id(task_queue))
     while True:
-        try:
-            desc = await handle.describe()
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            yield []
-            await asyncio.sleep(absent_s)
-            continue
-        yield _types_in((await desc.memo()).get(TYPES_MEMO, []))
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            await asyncio.sleep(absent_s)  # between a run's end and the next's start
+        desc = await _registry(client, task_queue)
+        yield [] if desc is None else await _types_of(desc)
+        if desc is None or desc.status != WorkflowExecutionStatus.RUNNING:
+            await asyncio.sleep(absent_s)  # none yet, or between a run's end and the next
             continue
         events = client.get_workflow_handle(desc.id, run_id=desc.run_id).fetch_history_events(
             wait_new_event=True, rpc_timeout=LONG_POLL_TIMEOUT

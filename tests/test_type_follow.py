@@ -17,8 +17,8 @@ from tests.conftest import wait_until_async
 from workflows.names import registry_workflow_id
 from workflows.type_registry import JobTypeRegistry
 
-# Longer than any answer here takes, and far shorter than the server's long-poll expiry
-# (20 s): a set seen within it came from the followed history, not from a timed look.
+# Longer than any answer here takes: a set seen within it came from the followed
+# history, not from a timed look (the followers here look again after an hour).
 SEEN_WITHIN_S = 5.0
 
 
