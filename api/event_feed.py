@@ -8,6 +8,14 @@ the jobs updated since its cursor and emits their transitions in the order of th
 ordered sequence and an event id is a position in it: resuming after id K means
 "every transition whose key is greater than K".
 
+A transition that visibility shows only after the stream passed its key (a lag beyond
+the settle window) is still sent, at once: its id is the position it takes, after the
+event it follows (`<key>+<n>`, the n-th such one since), never its own lower key, so a
+client's ids only grow. A client resuming after it gets nothing it had; one resuming
+from before it on the same process gets it again from the process's log of them
+(the last `forget_ms`); another replica has its own log, so there such an event may
+be missed or repeated (tests/test_event_feed_looks.py).
+
 While at least one client is subscribed, the poller looks every EVENTS_POLL_MS, and
 also at the moment a transition it holds (or one made through this process) comes out
 of the settle window, but never sooner than EVENTS_POLL_GAP_MS after its last look: at
@@ -34,6 +42,7 @@ import contextlib
 import heapq
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -98,6 +107,30 @@ class EventKey:
         return cls(int(ts), job_id, int(seq))
 
 
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where an event is in the stream as sent: its key, or for a transition seen late,
+    the key it was sent after and how many late ones were sent after that key."""
+
+    key: EventKey
+    late: int = 0
+
+    def encode(self) -> str:
+        """The SSE id."""
+        return self.key.encode() + (f"+{self.late}" if self.late else "")
+
+    @classmethod
+    def parse(cls, raw: str) -> Position | None:
+        """An SSE id back to a position; None if it is not one of ours."""
+        head, plus, late = raw.strip().rpartition("+")
+        if not plus:
+            head, late = late, "0"
+        key = EventKey.parse(head)
+        if key is None or not late.isdigit():
+            return None
+        return cls(key, int(late))
+
+
 class JobEvent(JobIdentity, Transition):
     """One transition of one job, as sent on the stream: the transition, the job's
     identity, its id and the event's name."""
@@ -108,6 +141,13 @@ class JobEvent(JobIdentity, Transition):
         default=None, description="Of a failed or quarantined job: why (`cancelled`, …)"
     )
     _wire: str | None = PrivateAttr(default=None)
+    # Set on a transition sent after the stream passed its key.
+    _late_at: Position | None = PrivateAttr(default=None)
+
+    @property
+    def position(self) -> Position:
+        """Its place in the stream: its key, unless it was sent late."""
+        return self._late_at or Position(EventKey(self.ts, self.id, self.seq))
 
     def wire(self) -> str:
         """Its JSON, made once however many clients it is sent to."""
@@ -279,6 +319,10 @@ class EventFeed:
     _sent: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
     # Transitions seen but not yet settled.
     _waiting: set[EventKey] = field(default_factory=set)
+    # Transitions sent late since the cursor last moved, and those of the last
+    # `forget_ms` (for a client that resumes from before one of them).
+    _late: int = 0
+    _late_log: deque[JobEvent] = field(default_factory=deque)
     _subscribers: set[Subscriber] = field(default_factory=set)
     _task: asyncio.Task[None] | None = None
     # Progress rounds run only while someone is subscribed.
@@ -423,10 +467,15 @@ class EventFeed:
         self._last_look = now
         fresh.sort(key=key_of)
         late.sort(key=key_of)
+        for event in late:
+            self._late += 1
+            event._late_at = Position(cursor, self._late)
+            self._late_log.append(event)
         for event in [*late, *fresh]:
             self._emit(event)
         if fresh:
             self._cursor = key_of(fresh[-1])
+            self._late = 0
         self._forget(cursor.ts - cfg.forget_ms)
 
     # -- progress ----------------------------------------------------------------------
@@ -536,6 +585,24 @@ class EventFeed:
         stale = [j for j, (_, ts, finished) in self._sent.items() if finished and ts < before]
         for job_id in stale:
             del self._sent[job_id]
+        log = self._late_log
+        while log and (log[0].position.key.ts < before or len(log) > self.settings.queue_max):
+            log.popleft()
+
+    @property
+    def position(self) -> Position:
+        """Where the stream is: the position of the last event sent."""
+        return Position(self.cursor, self._late)
+
+    def late_between(self, after: Position, until: Position) -> list[JobEvent]:
+        """The transitions this process sent late at a position in (after, until] whose
+        key is not past `after`'s: a client at `after` missed them, and a replay by key
+        would not bring them."""
+        return [
+            event
+            for event in self._late_log
+            if after < event.position <= until and key_of(event) <= after.key
+        ]
 
     async def _changed_since(self, since_ms: int) -> AsyncIterator[tuple[str, EventsMemo]]:
         query = f"{JOBS} AND {search_attributes.UPDATED_AT.name} >= '{_iso(since_ms)}'"
@@ -594,12 +661,16 @@ class EventFeed:
         self._wake.set()  # an idle poller's next look is closer now
         self._watch_progress()
         try:
-            resume = EventKey.parse(last_event_id) if last_event_id else None
+            resume = Position.parse(last_event_id) if last_event_id else None
             if resume is None and since_ms is not None:
-                resume = EventKey(since_ms, "", 0)  # before every transition at since_ms
+                # Before every transition at since_ms.
+                resume = Position(EventKey(since_ms, "", 0))
             caught: set[EventKey] = set()
-            if resume is not None and resume < self.cursor:
-                missed = await self.catch_up(resume, self.cursor)
+            if resume is not None and resume < self.position:
+                now = self.position
+                late = self.late_between(resume, now)
+                missed = await self.catch_up(resume.key, now.key)
+                missed = sorted([*missed, *late], key=lambda event: event.position)
                 caught.update(key_of(event) for event in missed)
                 accepted = [event for event in missed if accepts(event)]
                 for at in range(0, len(accepted), BATCH_MAX):
@@ -614,7 +685,7 @@ class EventFeed:
                 while live is not None:
                     if isinstance(live, JobProgress):
                         batch.append(live)  # no place in the ordered stream: no skip
-                    elif resume is None or (key_of(live) > resume and key_of(live) not in caught):
+                    elif resume is None or (live.position > resume and key_of(live) not in caught):
                         batch.append(live)  # (else the client has it already)
                     if len(batch) >= BATCH_MAX or subscriber.queue.empty():
                         break

@@ -1,10 +1,14 @@
-"""The dev server's command line: where its database lives."""
+"""The dev server's command line (where its database lives), and a start that fails."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
-from worker.devserver import DevServer
+import pytest
+
+from worker import devserver
+from worker.devserver import DevServer, free_port
 
 
 def flags(cmd: list[str]) -> dict[str, list[str]]:
@@ -31,3 +35,48 @@ def test_an_in_memory_dev_server_names_no_file(tmp_path: Path) -> None:
 def test_the_test_sessions_server_writes_no_database_file(temporal: DevServer) -> None:
     assert temporal.in_memory and temporal.process is not None
     assert not list(temporal.data_dir.glob("*.sqlite*"))
+
+
+def stand_in(tmp_path: Path, first_run: str) -> Path:
+    """A `temporal` whose first run does `first_run` (shell) and every later run is the
+    real binary's, counting its runs in `runs`."""
+    script = tmp_path / "temporal"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"echo run >> {tmp_path / 'runs'}\n"
+        f"if [ ! -e {tmp_path / 'ran'} ]; then touch {tmp_path / 'ran'}; {first_run}; fi\n"
+        f'exec {devserver.temporal_binary()} "$@"\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_a_start_that_crashes_on_a_port_race_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server picks its internal ports free and binds them later: another process
+    can take one in between, and the server panics (exit 2). That start is retried."""
+    crash = "echo 'panic: listen tcp 127.0.0.1:4: bind: address already in use'; exit 2"
+    script = stand_in(tmp_path, crash)
+    monkeypatch.setattr(devserver, "temporal_binary", lambda: str(script))
+    server = DevServer(tmp_path / "data", port=free_port(), ui_port=None, in_memory=True)
+    try:
+        server.start()
+        assert server.process is not None and server.process.poll() is None
+    finally:
+        server.stop()
+    log = (tmp_path / "data" / "temporal.log").read_text()
+    assert "address already in use" in log
+
+
+def test_a_start_that_fails_otherwise_is_not_retried_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = stand_in(tmp_path, "echo 'Error: the database is read-only'; exit 1")
+    monkeypatch.setattr(devserver, "temporal_binary", lambda: str(script))
+    server = DevServer(tmp_path / "data", port=free_port(), ui_port=None, in_memory=True)
+
+    with pytest.raises(RuntimeError, match="code 1 before listening: Error: the database"):
+        server.start()
+
+    assert (tmp_path / "runs").read_text().count("run") == 1

@@ -14,7 +14,7 @@ from typing import cast
 
 from temporalio.client import Client
 
-from api.event_feed import EventFeed, FeedSettings, JobEvent
+from api.event_feed import EventFeed, FeedSettings, JobEvent, Position
 from api.job_service import JobService
 from tests.helpers import Listed, Visibility
 from workflows.job_states import JobStatus
@@ -208,3 +208,46 @@ async def test_a_client_gets_what_came_at_once_in_one_batch_and_an_empty_one_whe
     finally:
         await batches.aclose()
         await feed.stop()
+
+
+async def replayed(feed: EventFeed, last_event_id: str) -> list[JobEvent]:
+    """What a client resuming after `last_event_id` gets before the stream goes quiet."""
+    batches = feed.subscribe(lambda _: True, last_event_id, idle_s=0.01)
+    got: list[JobEvent] = []
+    try:
+        while batch := await anext(batches):
+            got += batch
+    finally:
+        await batches.aclose()
+    return got
+
+
+async def test_a_transition_seen_late_takes_a_place_after_the_last_one_sent() -> None:
+    """Visibility shows "late" only after the stream sent "b", whose key is greater.
+    Its id must not go back to its own key: a client resuming after it would get "b"
+    again. A client that left after "b" gets it on resuming, and one that stayed saw
+    each once, with ids that only grow."""
+    visibility = Visibility()
+    feed = feed_of(visibility, poll_ms=60_000, min_gap_ms=5, settle_ms=0, lag_margin_ms=0)
+    client = await a_client(feed)
+    await feed.stop()  # the test's looks are the only ones
+    start = feed.began_ms
+    visibility.rows += [pending("a", start + 1), pending("b", start + 3)]
+    while now_ms() <= start + 3:
+        await asyncio.sleep(0.001)
+    await feed.tick()
+    visibility.rows.append(pending("late", start + 2))
+    await feed.tick()
+    live = await anext(client)
+    while len(live) < 3:
+        live += await anext(client)
+    await client.aclose()
+
+    assert [event.id for event in live] == ["a", "b", "late"]
+    ids = [event.position.encode() for event in live]
+    assert ids == sorted(ids, key=lambda raw: cast(Position, Position.parse(raw)))
+    assert len(set(ids)) == 3
+    assert await replayed(feed, ids[2]) == []
+    assert [event.id for event in await replayed(feed, ids[1])] == ["late"]
+    # From before both, the replay is by key, as visibility shows them now.
+    assert [event.id for event in await replayed(feed, ids[0])] == ["late", "b"]

