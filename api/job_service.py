@@ -626,7 +626,7 @@ class JobService:
         spec = JobSpec.model_validate(ended.model_dump(include=SPEC_FIELDS))
         admitted = Admitted()
         if spec.group is not None or spec.pool is not None or spec.target is not None:
-            admitted = await self._gates.admit(job_id, spec, ended.created_at)
+            admitted = await self._gates.admit(job_id, spec, ended.created_at, requeue=True)
             if admitted.refused is not None:
                 assert spec.pool is not None
                 refused = admitted.refused

@@ -68,6 +68,11 @@ class Metrics:
         self.feed_polls = self.counter(
             "jobforge_event_feed_polls", "Visibility listings made by this process's event feed"
         )
+        self.feed_late = self.counter(
+            "jobforge_event_feed_late",
+            "Transitions the event feed sent after the stream had passed their key "
+            "(visibility showed them later than the settle window)",
+        )
         self.feed_settle = self.gauge(
             "jobforge_event_feed_settle_seconds",
             "How old a transition must be before the event feed sends it (grows with the "
@@ -102,6 +107,8 @@ class Metrics:
     def observe(self, event: JobEvent) -> None:
         """Count one transition from the feed."""
         self.events.labels(event.event).inc()
+        if event.position.late:
+            self.feed_late.inc()
         if event.event == "job:assigned" and event.attempts == 1:
             self.claim_latency.observe(max(event.ts - event.created_at, 0) / 1000)
 

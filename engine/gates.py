@@ -104,20 +104,29 @@ class Gates:
         )
 
     async def admit(
-        self, job_id: str, spec: JobSpec, created_at: int, *, pool_only: bool = False
+        self,
+        job_id: str,
+        spec: JobSpec,
+        created_at: int,
+        *,
+        pool_only: bool = False,
+        requeue: bool = False,
     ) -> Admitted:
         """Ask the job's gates, before it starts, for the leases that are free now: it
         then starts holding them, and no grant signal reaches it (docs/scheduling.md).
         A pool in admission-only mode is asked first and may refuse; the others are
         asked in order until one queues the job; the gates after that one are left to
         `enqueue` once the job runs. `pool_only`: a job with a start time still to come
-        asks only its admission-only pool now."""
+        asks only its admission-only pool now. `requeue`: an operator's retry of a job
+        that ended, which its gates admit anew."""
         request = _request(job_id, spec, created_at)
         admitted = Admitted()
         gates = self.of(spec)
         if spec.admission == "reject" and spec.pool is not None:
             pool = gates[-1]
-            answer = await self._admit(pool, AdmitRequest(request=request, reject=True))
+            answer = await self._admit(
+                pool, AdmitRequest(request=request, reject=True, requeue=requeue)
+            )
             if not answer.granted:
                 admitted.refused = answer
                 return admitted
@@ -127,7 +136,7 @@ class Gates:
         for position, gate in enumerate(gates):
             if gate.workflow_id in admitted.granted:
                 continue
-            answer = await self._admit(gate, AdmitRequest(request=request))
+            answer = await self._admit(gate, AdmitRequest(request=request, requeue=requeue))
             if not answer.granted:
                 admitted.later = [
                     g for g in gates[position + 1 :] if g.workflow_id not in admitted.granted

@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from api.event_feed import EventFeed, FeedSettings, JobEvent, Position
 from api.job_service import JobService
+from api.metrics_registry import Metrics
 from tests.helpers import Listed, Visibility
 from workflows.job_states import JobStatus
 from workflows.models import Transition
@@ -244,6 +245,10 @@ async def test_a_transition_seen_late_takes_a_place_after_the_last_one_sent() ->
     await client.aclose()
 
     assert [event.id for event in live] == ["a", "b", "late"]
+    metrics = Metrics()
+    for event in live:
+        metrics.observe(event)
+    assert metrics.registry.get_sample_value("jobforge_event_feed_late_total") == 1
     ids = [event.position.encode() for event in live]
     assert ids == sorted(ids, key=lambda raw: cast(Position, Position.parse(raw)))
     assert len(set(ids)) == 3

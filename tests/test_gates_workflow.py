@@ -30,7 +30,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from engine.gates import Gates
 from tests import faultkit
 from tests.conftest import wait_until_async
-from tests.workflow_harness import Harness, JobHandle, now_ms, statuses
+from tests.workflow_harness import Harness, JobHandle, PoolRefusedError, now_ms, statuses
 from workflows.errors import ErrorType
 from workflows.fair_shares import FairShares
 from workflows.gate_models import (
@@ -348,6 +348,39 @@ async def test_a_pool_never_leases_more_than_its_capacity_and_its_head_reserves(
     assert all(job.claimed_at is not None and job.claimed_at >= first.completed_at for job in rest)
     view = await gate_until(gates, GateKind.POOL, "p", lambda v: v.in_use == 0, "all back")
     assert view.waiting == 0
+
+
+async def test_a_retry_of_an_admission_only_job_that_ended_passes_its_pool_as_a_submit(
+    harness: Harness,
+) -> None:
+    """Its pool released it when it ended; an operator's retry is a new run under its
+    id, refused with a reason while the pool is full and admitted once it has room. A
+    repeated submit of the ended job is still answered as one (not admitted)."""
+    gates = gates_for(harness, capacity=1)
+    spec = JobSpec(type="in-process", pool="p", admission="reject")
+    ended = await harness.wait_status(
+        await harness.submit(spec=spec, gates=gates), JobStatus.COMPLETED
+    )
+    await gate_until(gates, GateKind.POOL, "p", lambda v: v.in_use == 0, "the unit back")
+    resubmit = await gates.admit(ended.id, spec, ended.created_at)
+    assert resubmit.refused is not None and resubmit.refused.reason is None
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    holder = await harness.submit(spec=spec, gates=gates)
+    await harness.wait_status(holder, JobStatus.RUNNING)
+
+    with pytest.raises(PoolRefusedError) as full:
+        await harness.submit(spec=spec, gates=gates, resumed=ended)
+    assert full.value.answer.reason == "pool_full"
+    release.set()
+    await harness.wait_status(holder, JobStatus.COMPLETED)
+    await gate_until(gates, GateKind.POOL, "p", lambda v: v.in_use == 0, "the unit back")
+    harness.stand_in.default = harness.stand_in.succeed()
+    retried = await harness.submit(spec=spec, gates=gates, resumed=ended)
+
+    job = await harness.wait_status(retried, JobStatus.COMPLETED)
+    assert job.attempts == 2
+    assert statuses(job)[-4:] == ["pending", "assigned", "running", "completed"]
 
 
 async def test_a_pool_admits_by_priority_then_deadline_urgency_first(harness: Harness) -> None:

@@ -48,6 +48,9 @@ committed (see git history).
   completed the job (no marker).
 - `-v14`: the same re-queue with OPS_REQUEUE_PENDING_KEPT_PATCH: the job stayed pending,
   its attempt went on and completed it.
+- `-v15`: an admission-only pool (REQUEUE_ADMIT_PATCH, beside FAIR_SHARES_PATCH) that
+  admitted an operator's retry of a job it had released as a new submit, up to its
+  continue-as-new.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from workflows.gate_workflow import (
     FAIR_SHARES_PATCH,
     GATE_AUDIT_PATCH,
     POOL_RECALL_PATCH,
+    REQUEUE_ADMIT_PATCH,
     GateWorkflow,
 )
 from workflows.job_patches import (
@@ -157,6 +161,9 @@ SETS = {
     "-v14": {
         "job-pending-requeued-by-ops-completed": ("JobWorkflow", "COMPLETED"),
     },
+    "-v15": {
+        "gate-pool-retry-admitted-continued-as-new": ("GateWorkflow", "CONTINUED_AS_NEW"),
+    },
 }
 PATCHES: dict[str, str | None] = {
     "-v1": SCHEDULING_PATCH,
@@ -173,6 +180,7 @@ PATCHES: dict[str, str | None] = {
     "-v12": None,  # plain jobs: no marker
     "-v13": None,
     "-v14": OPS_REQUEUE_PENDING_KEPT_PATCH,
+    "-v15": REQUEUE_ADMIT_PATCH,  # in the gate's history
 }
 NAMES = [f"{kind}{suffix}" for suffix, kinds in SETS.items() for kind in kinds]
 
@@ -302,6 +310,62 @@ async def test_recording_a_pending_jobs_ops_requeue(harness: Harness) -> None:
     await save(harness.client, handle.id, name)
 
 
+# The set test_recording_a_pools_admitted_retry writes.
+RETRY_ADMIT_SUFFIX = "-v15"
+
+
+async def continued_runs_of(
+    harness: Harness, gates: Gates, gate_id: str, spec: JobSpec
+) -> list[str]:
+    """The runs of a gate that continued as new, oldest first, once there is one (a
+    job of `spec` passes the gate each time there is none yet)."""
+    client = harness.client
+
+    async def continued() -> list[str]:
+        runs = [e async for e in client.list_workflows(f"WorkflowId = '{gate_id}'")]
+        found = sorted(
+            (e for e in runs if e.status == WorkflowExecutionStatus.CONTINUED_AS_NEW),
+            key=lambda e: e.start_time,
+        )
+        if not found:
+            job = await harness.submit(spec=spec, gates=gates)
+            await harness.wait_status(job, JobStatus.COMPLETED)
+        return [run.run_id for run in found]
+
+    runs: list[str] = await wait_until_async(continued, timeout=120, what="a continue-as-new")
+    return runs
+
+
+@pytest.mark.skipif(not RECORD, reason="records only with JOBFORGE_RECORD_HISTORIES=1")
+async def test_recording_a_pools_admitted_retry(harness: Harness) -> None:
+    """An admission-only job completes, and an operator's retry of it (a new run under
+    its id) is admitted by its pool as a submit is."""
+    name = f"gate-pool-retry-admitted-continued-as-new{RETRY_ADMIT_SUFFIX}"
+    assert not history_file(name).exists(), f"{name} is committed: add a new suffix"
+    harness.stand_in.default = harness.stand_in.succeed()
+    gates = Gates(harness.client, harness.task_queue, GateSettings(history_limit=100))
+    pool = f"retried-{uuid.uuid4().hex[:8]}"
+    spec = JobSpec(type="in-process", pool=pool, admission="reject")
+    ended = await harness.wait_status(
+        await harness.submit(spec=spec, gates=gates), JobStatus.COMPLETED
+    )
+    gate_id = gates.ref(GateKind.POOL, pool).workflow_id
+
+    async def released() -> bool:
+        view = await gates.view(GateKind.POOL, pool)
+        return view is not None and view.in_use == 0
+
+    await wait_until_async(released, timeout=30, what="the lease back")
+    retried = await harness.submit(spec=spec, gates=gates, resumed=ended)
+    assert (await harness.wait_status(retried, JobStatus.COMPLETED)).attempts == 2
+    for run_id in await continued_runs_of(harness, gates, gate_id, spec):
+        history = await harness.client.get_workflow_handle(gate_id, run_id=run_id).fetch_history()
+        if REQUEUE_ADMIT_PATCH in patch_ids(json.loads(history.to_json())["events"]):
+            await save(harness.client, gate_id, name, run_id)
+            return
+    raise AssertionError("no run of the pool that continued as new admitted the retry")
+
+
 # -- replay (always) --------------------------------------------------------------------
 
 
@@ -378,6 +442,25 @@ def test_the_audited_group_history_took_the_patched_path() -> None:
     # The changes went into the gate's memo, and on into its next run's input.
     assert "gate_changes" in text
     assert events[-1]["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW"
+
+
+def test_the_retried_pool_history_admitted_the_retry_under_its_patch() -> None:
+    events = raw("gate-pool-retry-admitted-continued-as-new-v15")["events"]
+    assert isinstance(events, list)
+    assert patch_ids(events) == [FAIR_SHARES_PATCH, REQUEUE_ADMIT_PATCH]
+    admitted = [
+        (item["request"]["job_id"], item["requeue"])
+        for e in events
+        if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
+        for payload in e["workflowExecutionUpdateAcceptedEventAttributes"]["acceptedRequest"][
+            "input"
+        ]["args"]["payloads"]
+        for item in json.loads(base64.b64decode(payload["data"]))
+    ]
+    # One job admitted twice: at its submit, then at its retry.
+    retried = [job_id for job_id, requeue in admitted if requeue]
+    assert len(retried) == 1
+    assert admitted.count((retried[0], False)) == 1
 
 
 def test_the_fair_shares_pool_history_took_the_patched_path() -> None:

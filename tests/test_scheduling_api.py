@@ -3,6 +3,7 @@ waiting reasons, through a real API and worker on the session's dev server."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -375,3 +376,53 @@ async def test_an_admission_only_job_is_taken_now_or_refused_with_retry_after(
 def test_admission_reject_needs_a_pool(api: Api) -> None:
     answer = api.http.post("/api/jobs", json={"type": REGISTERED_TYPE, "admission": "reject"})
     assert answer.status_code == 422 and "admission" in answer.text
+
+
+def test_a_retry_while_its_pool_is_full_is_a_429_and_leaves_the_job_as_it_ended(
+    api: Api, name: str
+) -> None:
+    """An admission-only job re-queued by an operator passes its pool again, as a submit
+    does: refused while the pool is full (nothing written), taken once it has room."""
+    ok(api.http.put(f"/api/pools/{name}", json={"capacity": 1}))
+    body = {"type": REGISTERED_TYPE, "pool": name, "admission": "reject"}
+    done = ok(api.http.post("/api/jobs", json=body), 201)
+    api.wait_status(done["id"], "completed")
+    wait_until(
+        lambda: ok(api.http.get(f"/api/pools/{name}"))["in_use"] == 0,
+        timeout=30,
+        what="the unit back",
+    )
+    # Another job holds the pool's unit while it waits at its paused group.
+    ok(api.http.post(f"/api/groups/{name}/pause"))
+    holder = ok(api.http.post("/api/jobs", json={**body, "group": name}), 201)
+
+    refused = api.http.post(f"/api/ops/jobs/{done['id']}/requeue")
+
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["reason"] == "pool_full"
+    assert refused.headers["Retry-After"] == str(refused.json()["retry_after_s"])
+    assert api.job(done["id"])["status"] == "completed"
+    ok(api.http.post(f"/api/groups/{name}/resume"))
+    api.wait_status(holder["id"], "completed")
+    wait_until(
+        lambda: api.http.post(f"/api/ops/jobs/{done['id']}/requeue").status_code == 200,
+        timeout=30,
+        what="the retry taken once the unit is back",
+    )
+    rerun = api.wait_status(done["id"], "completed")
+    assert [t["reason"] for t in rerun["transitions"]].count("requeued") == 1
+
+
+def test_a_retry_after_its_deadline_passed_drops_the_deadline_and_runs(api: Api, name: str) -> None:
+    ok(api.http.post(f"/api/groups/{name}/pause"))
+    deadline_at = int(time.time() * 1000) + 1500
+    body = {"type": REGISTERED_TYPE, "group": name, "deadline_at": deadline_at}
+    job_id = ok(api.http.post("/api/jobs", json=body), 201)["id"]
+    ended = api.wait_status(job_id, "failed")
+    assert ended["fail_reason"] == "deadline_exceeded"
+    ok(api.http.post(f"/api/groups/{name}/resume"))
+
+    again = ok(api.http.post(f"/api/ops/jobs/{job_id}/requeue"))
+
+    assert again["status"] == "pending" and again["deadline_at"] is None
+    assert api.wait_status(job_id, "completed")["deadline_at"] is None

@@ -15,6 +15,7 @@ from typing import Literal
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
@@ -24,6 +25,7 @@ from tests.conftest import wait_until_async
 from worker.native import workflow_runner
 from workflows import search_attributes
 from workflows.errors import AttemptFailureDetails
+from workflows.gate_models import AdmitAnswer
 from workflows.gate_workflow import GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import (
@@ -41,6 +43,16 @@ WORKER_ID = "stand-in-1"
 RESULT = {"answer": 42}
 
 Phase = Literal["assigned", "running"]
+
+
+class PoolRefusedError(Exception):
+    """An admission-only pool refused the job: the API's 429, and nothing started."""
+
+    def __init__(self, answer: AdmitAnswer) -> None:
+        super().__init__(f"refused: {answer.reason}")
+        self.answer = answer
+
+
 Behaviour = Callable[[AttemptInput], Awaitable[AttemptResult]]
 JobHandle = WorkflowHandle[JobWorkflow, Job]
 
@@ -203,21 +215,25 @@ class Harness:
         preferred_task_queue: str | None = None,
         stop_waits_for_work: bool = True,
         dispatch_timeout_ms: int | None = None,
+        resumed: Job | None = None,
     ) -> JobHandle:
         """Start a job as the API does: the leases its gates grant at once, its input
         and initial search attributes, then its place at the gates that queued it.
         `admit=False` queues it at every gate after it starts instead (a job submitted
-        before leases were granted at submit, or one whose grants all came late)."""
+        before leases were granted at submit, or one whose grants all came late).
+        `resumed`: an operator's retry of that ended job, a new run under its id."""
         if spec is None:
             spec = JobSpec(
                 type="in-process", max_attempts=max_attempts, max_runtime_ms=max_runtime_ms
             )
-        created = now_ms()
-        job_id = f"job-{uuid.uuid4().hex}"
+        created = now_ms() if resumed is None else resumed.created_at
+        job_id = f"job-{uuid.uuid4().hex}" if resumed is None else resumed.id
         start_later = spec.earliest_start_at is not None and spec.earliest_start_at > created
         admitted = Admitted(later=gates.of(spec) if gates is not None and not start_later else [])
         if gates is not None and enqueue and admit and not start_later:
-            admitted = await gates.admit(job_id, spec, created)
+            admitted = await gates.admit(job_id, spec, created, requeue=resumed is not None)
+            if admitted.refused is not None:
+                raise PoolRefusedError(admitted.refused)
         inp = JobInput(
             id=job_id,
             spec=spec,
@@ -233,6 +249,7 @@ class Harness:
             preferred_task_queue=preferred_task_queue,
             stop_waits_for_work=stop_waits_for_work,
             dispatch_timeout_ms=dispatch_timeout_ms,
+            resumed=resumed,
         )
         handle = await self.client.start_workflow(
             JobWorkflow.run,
@@ -240,6 +257,7 @@ class Harness:
             id=inp.id,
             task_queue=self.task_queue,
             search_attributes=search_attributes.at_submit(spec.type, spec.priority, created),
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
         if gates is not None and enqueue and admitted.later:
             await gates.enqueue(inp.id, spec, created, admitted.later)

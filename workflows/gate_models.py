@@ -90,6 +90,9 @@ class AdmitRequest(BaseModel):
 
     request: GateRequest
     reject: bool = False
+    # An operator's retry of a job that ended (a new run under its id): admitted as a
+    # submit is, not answered as a repeated submit of the ended job.
+    requeue: bool = False
 
 
 class AdmitAnswer(BaseModel):

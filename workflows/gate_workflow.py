@@ -101,6 +101,11 @@ POOL_RECALL_PATCH = "pool-capacity-recall"
 # writes them into its memo; one without it (a run from before) records none, so its
 # memo upserts replay as they were.
 GATE_AUDIT_PATCH = "gate-audit"
+# A run that records this marker (at the first operator's retry of a job it released)
+# admits that job anew, as a submit; one without it answered every admission of a
+# released job as a repeated submit's (not granted, no reason), so an admission-only
+# job's retry was refused for good.
+REQUEUE_ADMIT_PATCH = "gate-requeue-admitted-anew"
 
 
 @workflow.defn(name=GATE_WORKFLOW)
@@ -273,8 +278,13 @@ class GateWorkflow:
             return AdmitAnswer(granted=True, weight=self._grant_for().weight)
         if job_id in self._waiters:
             return AdmitAnswer(granted=False, queued=True)
-        if job_id in self._released:  # a repeated submit of a job that ended
-            return AdmitAnswer(granted=False)
+        retried = False
+        if job_id in self._released:
+            if not (item.requeue and workflow.patched(REQUEUE_ADMIT_PATCH)):
+                return AdmitAnswer(granted=False)  # a repeated submit of a job that ended
+            # An operator's retry of a job that ended: its new run passes as a submit.
+            self._released.remove(job_id)
+            retried = True
         self._add(item.request.model_copy(update={"ready": True}))
         self._grant(now, quiet=job_id)
         if job_id in self._holders:
@@ -284,6 +294,8 @@ class GateWorkflow:
             waiter.request = waiter.request.model_copy(update={"ready": False})
             return AdmitAnswer(granted=False, queued=True)
         del self._waiters[job_id]
+        if retried:
+            self._released.append(job_id)  # refused: it stays the job that ended
         refusal = self._refusal(item.request)
         return AdmitAnswer(
             granted=False, reason=refusal.reason, retry_after_s=refusal.retry_after_s
