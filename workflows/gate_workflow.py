@@ -283,7 +283,7 @@ class GateWorkflow:
             if not (item.requeue and workflow.patched(REQUEUE_ADMIT_PATCH)):
                 return AdmitAnswer(granted=False)  # a repeated submit of a job that ended
             # An operator's retry of a job that ended: its new run passes as a submit.
-            self._released.remove(job_id)
+            self._released = [released for released in self._released if released != job_id]
             retried = True
         self._add(item.request.model_copy(update={"ready": True}))
         self._grant(now, quiet=job_id)
