@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -34,6 +35,7 @@ from tests.workflow_harness import Harness, JobHandle, PoolRefusedError, now_ms,
 from workflows.errors import ErrorType
 from workflows.fair_shares import FairShares
 from workflows.gate_models import (
+    GateGrant,
     GateInput,
     GateKind,
     GatePatch,
@@ -44,7 +46,7 @@ from workflows.gate_models import (
 from workflows.gate_workflow import FAIR_SHARES_PATCH, GateWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.models import AttemptInput, AttemptResult, Job, JobSpec, JobStatus, WaitingFor
-from workflows.names import GRANT_SIGNAL, RELEASE_SIGNAL
+from workflows.names import GRANT_SIGNAL, RECALL_SIGNAL, RELEASE_SIGNAL
 
 HOLD_MS = 600_000
 
@@ -111,6 +113,41 @@ async def test_a_job_with_no_scheduling_field_takes_the_plain_path(harness: Harn
     gated = await submit(harness, gates_for(harness), group="g")
     await harness.wait_status(gated, JobStatus.COMPLETED)
     assert EventType.EVENT_TYPE_MARKER_RECORDED in await history_event_types(gated)
+
+
+async def test_a_grant_or_a_recall_from_a_gate_the_job_never_asked_goes_back_to_it(
+    harness: Harness,
+) -> None:
+    """A stray grant or recall (a gate's record of a job that no longer asks it): the job
+    answers each with a release, so the gate's record goes and its lease is free."""
+    gates = gates_for(harness)
+    await harness.wait_status(await submit(harness, gates, pool="p"), JobStatus.COMPLETED)
+    gate_id = gates.ref(GateKind.POOL, "p").workflow_id
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    plain = await harness.submit()
+    await harness.wait_status(plain, JobStatus.RUNNING)
+
+    await plain.signal(GRANT_SIGNAL, GateGrant(workflow_id=gate_id))
+    await plain.signal(RECALL_SIGNAL, gate_id)
+
+    async def given_back() -> list[str] | None:
+        history = await harness.client.get_workflow_handle(gate_id).fetch_history()
+        releases = [
+            json.loads(e.workflow_execution_signaled_event_attributes.input.payloads[0].data)
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and e.workflow_execution_signaled_event_attributes.signal_name == RELEASE_SIGNAL
+        ]
+        outcomes = [r["outcome"] for r in releases if r["job_id"] == plain.id]
+        return outcomes if len(outcomes) == 2 else None
+
+    assert await wait_until_async(given_back, timeout=15, what="both answered") == [
+        "cancelled",
+        "cancelled",
+    ]
+    release.set()
+    await harness.wait_status(plain, JobStatus.COMPLETED)
 
 
 # -- leases granted at submit -------------------------------------------------------------
