@@ -219,6 +219,17 @@ class Api:
         body: dict[str, Any] = response.json()
         return body
 
+    def wait_listed(self, job_id: str, status: str, **filters: str) -> None:
+        """Poll `GET /api/jobs` until it lists the job with `status`: a list is read from
+        visibility, which shows a change a moment after a read of the job does."""
+
+        def listed() -> bool:
+            params = {"status": status, "limit": "500", **filters}
+            found = self.http.get("/api/jobs", params=params)
+            return found.status_code == 200 and job_id in {j["id"] for j in found.json()}
+
+        wait_until(listed, timeout=30, what=f"job {job_id} listed as {status}")
+
     def wait_status(self, job_id: str, *statuses: str, timeout: float = 30.0) -> dict[str, Any]:
         """Poll the job until its status is one of `statuses`."""
 

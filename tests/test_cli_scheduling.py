@@ -188,6 +188,8 @@ def test_group_retry_failed_requeues_its_quarantined_job(
         jobforge(api.url, "submit", job_type, *failing, "--group", name, "--max-attempts", "1")
     ).strip()
     api.wait_status(job_id, "quarantined")
+    # Retry-failed takes the jobs the group's list shows quarantined.
+    api.wait_listed(job_id, "quarantined", group=name)
 
     assert ok(jobforge(api.url, "group", "retry-failed", name)) == f"requeued {job_id}\n"
 

@@ -139,6 +139,8 @@ def test_retry_failed_requeues_quarantined_jobs_with_their_history(
 ) -> None:
     job_id = api.submit(**failing, group=name, max_attempts=1)
     api.wait_status(job_id, "quarantined")
+    # Retry-failed takes the jobs the group's list shows quarantined.
+    api.wait_listed(job_id, "quarantined", group=name)
     answer = ok(api.http.post(f"/api/groups/{name}/retry-failed"))
     assert answer == {"requeued": [job_id]}
 
