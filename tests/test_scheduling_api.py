@@ -157,6 +157,7 @@ def test_cancel_group_cancels_its_pending_jobs(api: Api, name: str) -> None:
     ids = {api.submit(type=REGISTERED_TYPE, group=name) for _ in range(2)}
     for job_id in ids:
         waiting_for(api, job_id, "group_paused")
+        api.wait_listed(job_id, "pending", group=name)  # cancel takes the listed ones
     answer = ok(api.http.post(f"/api/groups/{name}/cancel"))
     assert set(answer["cancelled"]) == ids
     for job_id in ids:
