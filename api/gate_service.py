@@ -197,7 +197,12 @@ class GateService:
         one's transition."""
         await self.group(name)
         query = job_filter(statuses=ordered(CANCELLABLE), group=name)
-        ids = await self._ids(query)
+        listed, held = await asyncio.gather(
+            self._ids(query), self._gates.jobs(GateKind.GROUP, name, GROUP_ACTION_MAX)
+        )
+        # The gate has a job submitted a moment ago that the list may not show yet; a
+        # running one it holds is refused by its cancel, and skipped.
+        ids = list(dict.fromkeys([*listed, *held]))
         done = await self._each(ids, lambda job_id: self._cancel(job_id, by=by))
         return Cancelled(cancelled=done)
 

@@ -41,6 +41,7 @@ from workflows.names import (
     ADMIT_UPDATE,
     CONFIGURE_UPDATE,
     ENQUEUE_SIGNAL,
+    GATE_JOBS_QUERY,
     GATE_QUERY,
     GATE_WORKFLOW,
     LOCK_UPDATE,
@@ -219,6 +220,20 @@ class Gates:
                 return None
             raise
         return view
+
+    async def jobs(self, kind: GateKind, key: str, limit: int) -> list[str]:
+        """The jobs the gate holds or queues (none if it never ran): the gate has each
+        one from before its submit was answered, which a visibility list may not yet."""
+        handle: WorkflowHandle[Any, Any] = self._client.get_workflow_handle(
+            self.ref(kind, key).workflow_id
+        )
+        try:
+            found: list[str] = await handle.query(GATE_JOBS_QUERY, limit, result_type=list[str])
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return []
+            raise
+        return found
 
     def default_view(self, kind: GateKind, key: str) -> GateView:
         """What a gate that never ran would hold."""

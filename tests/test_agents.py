@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from tests.conftest import SECRET, Api, Proc, Solver, base_env, wait_until
 from worker.devserver import DevServer
+from workflows.models import RUNNING_REPORT_DELAY_S
 from workflows.names import REPORT_SIGNAL
 
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -164,6 +165,7 @@ def test_a_short_agent_job_is_recorded_assigned_running_and_ended_from_its_repor
         body = {"worker_id": "agent-s", "reason": "solver_error: exit 3"}
     ended = hub.http.post(f"/api/jobs/{job_id}/{end}", json=body)
     assert ended.status_code == 200, ended.text
+    ended_ms = time.time() * 1000
 
     final = "completed" if end == "result" else "quarantined"
     job = hub.wait_status(job_id, final)
@@ -174,7 +176,10 @@ def test_a_short_agent_job_is_recorded_assigned_running_and_ended_from_its_repor
     assert [ts for _, ts in moves] == sorted(ts for _, ts in moves)
     # Running from the first heartbeat, not from the end: the start time it carried.
     assert before <= job["heartbeat_at"] <= after
-    assert report_signals(temporal, job_id) == 0
+    if ended_ms - before < RUNNING_REPORT_DELAY_S * 1000:
+        # Ended within the hold (on a loaded box the end may come later, and the report
+        # then goes out as it should; tests/test_agent_hold.py pins both in process).
+        assert report_signals(temporal, job_id) == 0
 
 
 def test_a_heartbeat_and_a_result_on_two_replicas_record_the_job_in_order(

@@ -150,6 +150,24 @@ async def test_a_grant_or_a_recall_from_a_gate_the_job_never_asked_goes_back_to_
     await harness.wait_status(plain, JobStatus.COMPLETED)
 
 
+async def test_a_gate_names_the_jobs_it_holds_then_the_ones_it_queues(harness: Harness) -> None:
+    gates = gates_for(harness, max_parallel=1)
+    release = asyncio.Event()
+    harness.stand_in.default = harness.stand_in.hold(release)
+    first = await submit(harness, gates, group="g")
+    await harness.wait_status(first, JobStatus.RUNNING)
+    second = await submit(harness, gates, group="g")
+
+    assert await gates.jobs(GateKind.GROUP, "g", 10) == [first.id, second.id]
+    assert await gates.jobs(GateKind.GROUP, "g", 1) == [first.id]
+    assert await gates.jobs(GateKind.GROUP, "never-ran", 10) == []
+    release.set()
+    for handle in (first, second):
+        await harness.wait_status(handle, JobStatus.COMPLETED)
+    await gate_until(gates, GateKind.GROUP, "g", lambda v: not v.holders, "leases back")
+    assert await gates.jobs(GateKind.GROUP, "g", 10) == []
+
+
 # -- leases granted at submit -------------------------------------------------------------
 
 

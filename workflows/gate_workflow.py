@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         CONFIGURE_UPDATE,
         ENQUEUE_SIGNAL,
         GATE_CHANGES_MEMO,
+        GATE_JOBS_QUERY,
         GATE_MEMO,
         GATE_QUERY,
         GATE_WORKFLOW,
@@ -376,6 +377,12 @@ class GateWorkflow:
             self._lock = None
             self._record("unlock", ask.by, f"owner={ask.owner}")
         return LockAnswer(held=False, lock=self._lock)
+
+    @workflow.query(name=GATE_JOBS_QUERY)
+    def jobs(self, limit: int) -> list[str]:
+        """The jobs it holds a lease for, then the ones it queues, at most `limit`: every
+        job of the gate that has not ended, from the moment its submit was answered."""
+        return [*self._holders, *self._waiters][:limit]
 
     @workflow.query(name=GATE_QUERY)
     def gate(self) -> GateView:

@@ -93,6 +93,8 @@ ADMIT_UPDATE = "admit"
 LOCK_UPDATE = "lock"
 UNLOCK_UPDATE = "unlock"
 GATE_QUERY = "gate"
+# The jobs a gate holds a lease for or queues (ids).
+GATE_JOBS_QUERY = "gate_jobs"
 GATE_MEMO = "gate"
 # A gate's latest operator changes (GateChange list), written only after one happens.
 GATE_CHANGES_MEMO = "gate_changes"
