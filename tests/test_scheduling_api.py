@@ -285,8 +285,12 @@ def test_a_failed_job_halts_its_target_until_resumed(
 
     view = wait_until(halted, timeout=30, what="the target to halt")
     assert view["halted_by"] == halting
+    # The list shows the target as a read of it does. Both read again each time: a read
+    # taken while visibility still counted the halting job running would never match.
     wait_until(
-        lambda: view in ok(api.http.get("/api/targets")), timeout=30, what="the target listed"
+        lambda: ok(api.http.get(f"/api/targets/{target}")) in ok(api.http.get("/api/targets")),
+        timeout=30,
+        what="the target listed as read",
     )
     later = api.submit(type=REGISTERED_TYPE, target=target)
     waiting_for(api, later, "target_halted")
