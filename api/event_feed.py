@@ -666,8 +666,8 @@ class EventFeed:
                 # Before every transition at since_ms.
                 resume = Position(EventKey(since_ms, "", 0))
             caught: set[EventKey] = set()
-            if resume is not None and resume < self.position:
-                now = self.position
+            now = self.position
+            if resume is not None and resume < now:
                 late = self.late_between(resume, now)
                 missed = await self.catch_up(resume.key, now.key)
                 missed = sorted([*missed, *late], key=lambda event: event.position)

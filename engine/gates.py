@@ -210,30 +210,28 @@ class Gates:
 
     async def view(self, kind: GateKind, key: str) -> GateView | None:
         """The gate as it holds itself, or None if it never ran."""
-        handle: WorkflowHandle[Any, Any] = self._client.get_workflow_handle(
-            self.ref(kind, key).workflow_id
-        )
-        try:
-            view: GateView = await handle.query(GATE_QUERY, result_type=GateView)
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return None
-            raise
+        view: GateView | None = await self._query(kind, key, GATE_QUERY, GateView)
         return view
 
     async def jobs(self, kind: GateKind, key: str, limit: int) -> list[str]:
         """The jobs the gate holds or queues (none if it never ran): the gate has each
         one from before its submit was answered, which a visibility list may not yet."""
+        found: list[str] | None = await self._query(kind, key, GATE_JOBS_QUERY, list[str], limit)
+        return found or []
+
+    async def _query(
+        self, kind: GateKind, key: str, query: str, result_type: Any, *args: object
+    ) -> Any:
+        """A query of the gate; None if it never ran."""
         handle: WorkflowHandle[Any, Any] = self._client.get_workflow_handle(
             self.ref(kind, key).workflow_id
         )
         try:
-            found: list[str] = await handle.query(GATE_JOBS_QUERY, limit, result_type=list[str])
+            return await handle.query(query, *args, result_type=result_type)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                return []
+                return None
             raise
-        return found
 
     def default_view(self, kind: GateKind, key: str) -> GateView:
         """What a gate that never ran would hold."""

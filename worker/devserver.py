@@ -215,8 +215,7 @@ class DevServer:
         command = self.command()
         if self.die_with_parent:
             command = dying_with_parent(command)
-        log_path = self.log_path or self.data_dir / "temporal.log"
-        with log_path.open("ab") as log:
+        with self._log_file.open("ab") as log:
             self._log_from = log.tell()
             self.process = subprocess.Popen(
                 command,
@@ -233,10 +232,13 @@ class DevServer:
             self.stop()
             raise
 
+    @property
+    def _log_file(self) -> Path:
+        return self.log_path or self.data_dir / "temporal.log"
+
     def _log_tail(self, lines: int = 20) -> list[str]:
         """The last lines the last start wrote to its log."""
-        log_path = self.log_path or self.data_dir / "temporal.log"
-        with log_path.open("rb") as log:
+        with self._log_file.open("rb") as log:
             log.seek(self._log_from)
             said = log.read().decode(errors="replace").splitlines()
         return [line for line in said if line.strip()][-lines:]
