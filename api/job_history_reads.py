@@ -19,7 +19,9 @@ jobs then costs a replay per row. Most rows need none:
   input never does.
 
 Every other row (a job that is running, was retried, waits at a gate or a clock, or
-closed any other way) is asked of its workflow, as `GET /api/jobs/{id}` does.
+closed any other way) is asked of its workflow, as `GET /api/jobs/{id}` does. A workflow
+that does not answer within ANSWER_WAIT_S (its workers are down or busy) does not hold
+up the page, nor fail it: its row is read from its memo instead (`_recorded`).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from workflows.errors import JobNotFound
-from workflows.job_states import JobStatus
+from workflows.errors import JobNotFound, TemporalUnavailable
+from workflows.job_states import ENDED, JobStatus, is_ended
 from workflows.models import EventsMemo, Job, JobInput, as_fired, pending_job
 from workflows.names import EVENTS_MEMO, attempt_activity_id
 
@@ -56,6 +58,10 @@ CACHE_MAX = 4000
 # The first events of a job's history: its start, and its first workflow task's
 # commands (the first attempt's activity among them).
 FIRST_EVENTS = 16
+# How long a page waits for a row's workflow to answer its query before it reads the row
+# from its memo: a query waits for a worker (10 s, then a 503 for a single read), and a
+# page would wait for its slowest row.
+ANSWER_WAIT_S = 2.0
 READ_TIMEOUT = timedelta(seconds=10)
 # Closed runs whose close event holds the job (`JobReader.ended`).
 ENDS_WITH_JOB = frozenset({WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.FAILED})
@@ -122,14 +128,75 @@ class JobReader:
         key = (execution.id, execution.run_id)
         if execution.status not in (None, WorkflowExecutionStatus.RUNNING):
             if (job := self._closed.get_fresh(key)) is None:
-                job = await self._closed_job(execution) or await self._query(execution.id)
+                job = await self._closed_job(execution)
+                if job is None:
+                    job, answered = await self._asked(execution)
+                    if not answered:
+                        return job  # its workflow's answer is kept, once it comes
                 self._closed.put(key, job)
             return job
         if await self._untouched_memo(execution):
             job = self._untouched.get_fresh(key) or await self._untouched_job(execution)
             if job is not None:
                 return self._untouched.put(key, job) if job.attempt else job
-        return await self._query(execution.id)
+        return (await self._asked(execution))[0]
+
+    async def _asked(self, execution: WorkflowExecution) -> tuple[Job, bool]:
+        """The job as its workflow answers (True), or, when it does not within
+        ANSWER_WAIT_S, as its memo recorded it (False)."""
+        try:
+            return await asyncio.wait_for(self._query(execution.id), ANSWER_WAIT_S), True
+        except (TimeoutError, TemporalUnavailable) as err:
+            job = await self._recorded(execution)
+            if job is None:
+                raise TemporalUnavailable(f"no worker answered for job {execution.id}") from err
+            log.warning(
+                "job %s read from its memo: its workflow did not answer within %g s",
+                execution.id,
+                ANSWER_WAIT_S,
+            )
+            return job, False
+
+    async def _recorded(self, execution: WorkflowExecution) -> Job | None:
+        """The job on its submit input, as its memo last recorded it: status, attempt,
+        worker, fail reason, end time and latest transitions (EVENTS_MEMO_KEEP), its
+        claim time its transition's; not what only its workflow holds (failure history,
+        waits, result, heartbeat, host). None if either is unreadable."""
+        raw = (await execution.memo()).get(EVENTS_MEMO)
+        events = await self._history(execution, size=1)
+        if raw is None or not events:
+            return None
+        try:
+            memo = EventsMemo.model_validate(raw)
+        except ValidationError:
+            return None
+        started = events[0].workflow_execution_started_event_attributes
+        inp = await self._decode(started.input.payloads, JobInput)
+        if inp is None or not memo.transitions:
+            return None
+        if inp.from_schedule:
+            inp = as_fired(inp, execution.id, events[0].event_time.ToMilliseconds())
+        last = memo.transitions[-1]
+        # The reason an attempt failed, or the job ended, stays its fail reason.
+        reason = next((t.reason for t in reversed(memo.transitions) if t.status in ENDED), None)
+        claimed = (
+            t.ts
+            for t in reversed(memo.transitions)
+            if t.status == JobStatus.ASSIGNED and t.attempt == last.attempt
+        )
+        return pending_job(inp).model_copy(
+            update={
+                "status": last.status,
+                "priority": memo.priority,
+                "attempt": last.attempt,
+                "attempts": last.attempts,
+                "worker_id": last.worker_id,
+                "claimed_at": next(claimed, None),
+                "fail_reason": reason,
+                "completed_at": last.ts if is_ended(last.status, last.reason) else None,
+                "transitions": memo.transitions,
+            }
+        )
 
     def forget(self, execution: WorkflowExecution) -> None:
         """Drop what was kept of a run (deleted)."""

@@ -1,6 +1,7 @@
 """A page of jobs reads each job as `GET /api/jobs/{id}` does (api/job_history_reads.py), and
 reads a waiting or completed job without its workflow: a page of them answers with no
-workflow worker up."""
+workflow worker up, and so does a page of jobs only their workflow can answer for, from
+their memo."""
 
 from __future__ import annotations
 
@@ -44,9 +45,14 @@ def test_a_page_reads_jobs_as_their_workflows_hold_them_and_waiting_or_done_ones
     api.wait_status(cancelled, "failed")
     for job_id in waiting:  # its first attempt scheduled
         wait_until(lambda job_id=job_id: api.job(job_id)["attempt"] == 1, what="attempt 1")
-    truth = {job_id: stored(api.job(job_id)) for job_id in [*done, *waiting, cancelled]}
+    claimed_type = f"{job_type}-claimed"
+    claimed = api.submit(type=claimed_type)
+    claim = {"worker_id": "reads-agent", "types": [claimed_type], "wait": 10}
+    assert api.http.post("/api/jobs/claim", json=claim).status_code == 200
+    api.wait_status(claimed, "assigned")
+    truth = {job_id: stored(api.job(job_id)) for job_id in [*done, *waiting, cancelled, claimed]}
 
-    page = listed(api, type=job_type) | listed(api, type=idle)
+    page = listed(api, type=job_type) | listed(api, type=idle) | listed(api, type=claimed_type)
     assert page == truth
     # A pinned job waits for its host: its workflow says so, and so does its row.
     pinned = api.submit(type=f"{job_type}-pinned", require_host="nowhere")
@@ -61,3 +67,16 @@ def test_a_page_reads_jobs_as_their_workflows_hold_them_and_waiting_or_done_ones
     stack.procs.append(fresh.proc)
     page = listed(fresh, type=job_type) | listed(fresh, type=idle, status="pending")
     assert page == {job_id: truth[job_id] for job_id in [*done, *waiting]}
+    # A claimed job, or a cancelled one, is its workflow's to answer for. With no worker
+    # to answer within ANSWER_WAIT_S, its row is read from its memo: the page answers
+    # (not a 503 after the query's 10 s), with the job's state as last recorded.
+    recorded = listed(fresh, type=claimed_type) | listed(fresh, type=idle, status="cancelled")
+    assert set(recorded) == {claimed, cancelled}
+    assert recorded[cancelled] == truth[cancelled]
+    # Its claim time is its transition's; its heartbeat and host are its workflow's.
+    [assigned] = [t for t in truth[claimed]["transitions"] if t["status"] == "assigned"]
+    assert recorded[claimed] == truth[claimed] | {
+        "claimed_at": assigned["ts"],
+        "heartbeat_at": None,
+        "host": None,
+    }
