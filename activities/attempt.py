@@ -30,7 +30,12 @@ from workflows.models import (
 )
 from workflows.names import CLAIM_UPDATE, REPORT_SIGNAL, RUN_JOB_ACTIVITY
 
-HEARTBEAT_EVERY_S = 10.0
+# How often a running attempt heartbeats (at most a third of its heartbeat timeout). A
+# stop or cancel reaches the worker only in a heartbeat's answer, so this bounds how long
+# a stopped solver runs on. A heartbeat costs the dev server 2.5 ms of CPU and the worker
+# 1.6 ms (`python -m bench.heartbeat`, docs/benchmarks.md): every 2 s, a running job
+# costs about 2 ms of CPU a second; a job shorter than 2 s sends none.
+HEARTBEAT_EVERY_S = 2.0
 
 log = logging.getLogger("jobforge.worker")
 

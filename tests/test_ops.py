@@ -47,13 +47,16 @@ def test_ops_requeue_ends_an_agents_attempt_and_starts_another(
     start_stack: Callable[..., Stack],
 ) -> None:
     api = start_stack().api
-    job_id = api.submit(type="ops-agent", heartbeat_timeout_ms=20_000)
+    # The agent falls silent after the re-queue: its attempt ends at its heartbeat
+    # timeout (its work may still run until then), and the job is pending again.
+    job_id = api.submit(type="ops-agent", heartbeat_timeout_ms=5_000)
     body = {"worker_id": "agent-o", "types": ["ops-agent"], "wait": 10}
     first = api.http.post("/api/jobs/claim", json=body)
     assert first.status_code == 200, first.text
     beat = {"worker_id": "agent-o"}
     assert api.http.post(f"/api/jobs/{job_id}/heartbeat", json=beat).status_code == 204
     api.wait_status(job_id, "running")
+    assert api.http.post(f"/api/jobs/{job_id}/heartbeat", json=beat).status_code == 204
 
     answer = api.http.post(f"/api/ops/jobs/{job_id}/requeue")
     assert answer.status_code == 200, answer.text
