@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -126,9 +127,12 @@ class ContainerRuntime:
         return out.split()
 
     async def remove(self, *names: str) -> None:
-        """Force-remove containers (a running one is killed); gone already is fine."""
+        """Force-remove containers; gone already is fine. A running one is killed at once
+        (its attempt is over): docker's `rm -f` sends SIGKILL, podman's would send SIGTERM
+        and wait its stop timeout (10 s) first, so podman is told `--time 0`."""
         if names:
-            await self.call("rm", "-f", *names)
+            at_once = ("--time", "0") if os.path.basename(self.program).startswith("podman") else ()
+            await self.call("rm", "-f", *at_once, *names)
 
     async def stop(self, name: str, grace_s: float) -> None:
         """`<runtime> stop -t <grace>`: TERM to the container's init, KILL after grace."""

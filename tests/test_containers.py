@@ -259,12 +259,17 @@ ONCE = (
 )
 
 
+# Runs until killed, and notes a SIGTERM in /work/termed (sh as the container's init
+# ignores the signal unless it traps it).
+TRAPS_TERM = "trap 'touch /work/termed' TERM; echo up; while :; do sleep 0.2; done"
+
+
 def test_a_killed_workers_container_is_removed_when_the_worker_restarts(
     stack: Stack, runtime: Runtime, volumes: Path, job_type: str
 ) -> None:
     node_id = node()
     worker = container_worker(stack, runtime, volumes, job_type, node_id)
-    spec = container(ONCE, volumes=[{"source": str(volumes), "target": "/work"}])
+    spec = container(TRAPS_TERM, volumes=[{"source": str(volumes), "target": "/work"}])
     # A long heartbeat timeout: no second attempt comes before the restart's sweep.
     job_id = stack.api.submit(type=job_type, heartbeat_timeout_ms=120_000, container=spec)
     stack.api.wait_status(job_id, "running")
@@ -276,6 +281,8 @@ def test_a_killed_workers_container_is_removed_when_the_worker_restarts(
     assert runtime.names(f"jobforge.worker={node_id}") == leftover
     container_worker(stack, runtime, volumes, job_type, node_id)
     wait_until(lambda: not left_of(runtime, job_id), timeout=15, what="the leftover removed")
+    # Killed at once, not asked to stop: its attempt was over.
+    assert not (volumes / "termed").exists()
     assert stack.api.job(job_id)["attempts"] == 1  # removed by the restart, not an attempt
     assert stack.api.http.post(f"/api/jobs/{job_id}/stop").status_code == 202
     # Its attempt is still held by the dead worker as far as Temporal knows: the job
