@@ -565,6 +565,7 @@ def test_stops_sent_while_the_worker_is_killed_end_every_job(
     worker = stack.worker(job_type, "victim", **env)
     tags: dict[str, str] = {}
     answers: dict[str, faultkit.StopAnswer] = {}
+    problems_down: list[str] = []
     for round_ in range(rounds):
         # Half the solvers are short (a re-run may finish before its stop lands).
         batch = {}
@@ -600,7 +601,11 @@ def test_stops_sent_while_the_worker_is_killed_end_every_job(
         ]
         for thread in threads:
             thread.start()
-        time.sleep(HEARTBEAT_MS / 1000)  # down past the heartbeat timeout (pacing)
+        down_at = time.monotonic()
+        if victim == "whole-worker":
+            problems_down += _listed_while_down(stack.api, job_type, batch)
+        # Down past the heartbeat timeout (pacing).
+        time.sleep(max(0.0, HEARTBEAT_MS / 1000 - (time.monotonic() - down_at)))
         worker = stack.worker(job_type, "victim", **env)
         restarted.set()
         for thread in threads:
@@ -617,6 +622,7 @@ def test_stops_sent_while_the_worker_is_killed_end_every_job(
     race, more = _cancel_race(jobs, stuck, _wait_execution_statuses(temporal, ended), {})
     problems += more
     problems += faultkit.check_quiet(solver.path, [tmp_path / "cache"], timeout=10)
+    problems += problems_down
     seen = Counter(s for answer in answers.values() for s in answer.seen)
     outcomes = Counter(
         f"{answers[j].code} {answers[j].status} -> {jobs[j]['status']}" for j in jobs
@@ -626,6 +632,21 @@ def test_stops_sent_while_the_worker_is_killed_end_every_job(
     assert not problems, f"{len(problems)} violations:\n" + "\n".join(problems[:50])
     if race:
         raise CancelRace("\n".join(race[:20]))
+
+
+def _listed_while_down(api: Api, job_type: str, batch: dict[str, str]) -> list[str]:
+    """With no worker to answer a query, a page of jobs still answers, each job of the
+    batch in it as its memo last recorded it (api/job_history_reads.py): running, or
+    completed (a 2 s solver may have ended just before the kill)."""
+    page = api.http.get("/api/jobs", params={"type": job_type, "limit": 100})
+    if page.status_code != 200:
+        return [f"list while the worker was down: {page.status_code} {page.text[:200]}"]
+    listed = {row["id"]: row["status"] for row in page.json()}
+    return [
+        f"{job_id} listed {listed.get(job_id)!r} while the worker was down"
+        for job_id in batch
+        if listed.get(job_id) not in ("running", "completed")
+    ]
 
 
 # -- 3. an agent gone silent under a stop ------------------------------------------------
