@@ -27,6 +27,7 @@ up the page, nor fail it: its row is read from its memo instead (`_recorded`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,7 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from workflows import search_attributes
 from workflows.errors import JobNotFound, TemporalUnavailable
 from workflows.job_states import ENDED, JobStatus, is_ended
 from workflows.models import EventsMemo, Job, JobInput, as_fired, pending_job
@@ -161,21 +163,24 @@ class JobReader:
         """The job on its submit input, as its memo last recorded it: status, attempt,
         worker, fail reason, end time and latest transitions (EVENTS_MEMO_KEEP), its
         claim time its transition's; not what only its workflow holds (failure history,
-        waits, result, heartbeat, host). None if either is unreadable."""
-        raw = (await execution.memo()).get(EVENTS_MEMO)
+        waits, result, heartbeat, host). A run that never recorded a memo: its input,
+        with the status its search attribute shows. None if its input is unreadable."""
         events = await self._history(execution, size=1)
-        if raw is None or not events:
-            return None
-        try:
-            memo = EventsMemo.model_validate(raw)
-        except ValidationError:
+        if not events:
             return None
         started = events[0].workflow_execution_started_event_attributes
         inp = await self._decode(started.input.payloads, JobInput)
-        if inp is None or not memo.transitions:
+        if inp is None:
             return None
         if inp.from_schedule:
             inp = as_fired(inp, execution.id, events[0].event_time.ToMilliseconds())
+        job = pending_job(inp)
+        memo = await self._events_memo(execution)
+        if memo is None or not memo.transitions:
+            shown = execution.typed_search_attributes.get(search_attributes.STATUS)
+            with contextlib.suppress(ValueError):  # none, or one this code does not know
+                job.status = JobStatus(shown or job.status)
+            return job
         last = memo.transitions[-1]
         # The reason an attempt failed, or the job ended, stays its fail reason.
         reason = next((t.reason for t in reversed(memo.transitions) if t.status in ENDED), None)
@@ -184,7 +189,7 @@ class JobReader:
             for t in reversed(memo.transitions)
             if t.status == JobStatus.ASSIGNED and t.attempt == last.attempt
         )
-        return pending_job(inp).model_copy(
+        return job.model_copy(
             update={
                 "status": last.status,
                 "priority": memo.priority,
@@ -197,6 +202,16 @@ class JobReader:
                 "transitions": memo.transitions,
             }
         )
+
+    @staticmethod
+    async def _events_memo(execution: WorkflowExecution) -> EventsMemo | None:
+        raw = (await execution.memo()).get(EVENTS_MEMO)
+        if raw is None:
+            return None
+        try:
+            return EventsMemo.model_validate(raw)
+        except ValidationError:
+            return None
 
     def forget(self, execution: WorkflowExecution) -> None:
         """Drop what was kept of a run (deleted)."""
@@ -263,13 +278,8 @@ class JobReader:
 
     async def _untouched_memo(self, execution: WorkflowExecution) -> bool:
         """Whether the job's memo holds only its submit's transition."""
-        raw = (await execution.memo()).get(EVENTS_MEMO)
-        if raw is None:
-            return False
-        try:
-            transitions = EventsMemo.model_validate(raw).transitions
-        except ValidationError:
-            return False
+        memo = await self._events_memo(execution)
+        transitions = memo.transitions if memo is not None else []
         return len(transitions) == 1 and transitions[0].status == JobStatus.PENDING
 
     async def _untouched_job(self, execution: WorkflowExecution) -> Job | None:

@@ -301,10 +301,10 @@ def test_a_killed_workers_container_is_removed_by_the_next_attempt(
     wait_until(lambda: left_of(runtime, job_id), timeout=30, what="the container")
     worker.kill()
     assert left_of(runtime, job_id) == [f"jobforge-{job_id}-1"]
-    # Another worker (another id: its start-up sweep leaves the leftover alone).
+    # Another worker (another id: its start-up sweep leaves the leftover alone; the next
+    # attempt, which it may take at once, removes it).
     other = node()
-    container_worker(stack, runtime, volumes, job_type, other)
-    assert left_of(runtime, job_id) == [f"jobforge-{job_id}-1"]
+    second = container_worker(stack, runtime, volumes, job_type, other)
     job = stack.api.wait_status(job_id, "completed", "quarantined", timeout=60)
     assert job["status"] == "completed", job
     assert job["result"] == "second"
@@ -312,6 +312,9 @@ def test_a_killed_workers_container_is_removed_by_the_next_attempt(
     assert job["fail_history"][0]["reason"].startswith("heartbeat_timeout")
     assert job["worker_id"] == other
     assert left_of(runtime, job_id) == []
+    said = second.output()
+    assert f"removing 1 leftover container(s) with jobforge.job={job_id}" in said, said
+    assert "with jobforge.worker=" not in said, said
 
 
 def test_only_container_workers_take_container_jobs_and_one_waits_for_an_executor(

@@ -5,10 +5,17 @@ their memo."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+from temporalio.client import Client
+
+from engine.clock import now_ms
 from tests.conftest import Api, Solver, Stack, wait_until
+from workflows import names, search_attributes
+from workflows.models import JobInput, JobSpec, pending_job
 
 # What only a live read adds (the running attempt's details, the gate's sharpening).
 LIVE = ("waiting_for", "progress", "lease_expires_at")
@@ -80,3 +87,28 @@ def test_a_page_reads_jobs_as_their_workflows_hold_them_and_waiting_or_done_ones
         "heartbeat_at": None,
         "host": None,
     }
+
+
+async def test_a_run_no_worker_ever_took_is_listed_from_its_input_and_status_attribute(
+    start_api: Callable[..., Api], client: Client, job_type: str
+) -> None:
+    """A job's run whose first workflow task never ran (no worker ever polled its queue)
+    has no memo yet: its row is its input, with the status its search attribute shows."""
+    inp = JobInput(
+        id=f"never-{uuid.uuid4().hex}",
+        spec=JobSpec(type=job_type, params={"n": 1}),
+        created_at=now_ms(),
+        priority_key=3,
+        activity_task_queue=f"nobody-{job_type}",
+        heartbeat_timeout_ms=60_000,
+    )
+    await client.start_workflow(
+        names.JOB_WORKFLOW,
+        inp,
+        id=inp.id,
+        task_queue=f"nobody-{job_type}",
+        search_attributes=search_attributes.at_submit(job_type, 0, inp.created_at),
+    )
+    api = start_api(TEMPORAL_TASK_QUEUE=f"nobody-{job_type}")
+    rows = await asyncio.to_thread(listed, api, type=job_type)
+    assert rows == {inp.id: stored(pending_job(inp).model_dump(mode="json"))}
