@@ -127,6 +127,11 @@ def summary(directory: Path, most: int = 25) -> str:
     by_file: dict[str, Counter[str]] = defaultdict(Counter)
     by_test: Counter[str] = Counter()
     walls: Counter[str] = Counter()
+    # What each test process spent in tests, back to back: the run's wall time is
+    # bound by the longest of them.
+    by_process: Counter[str] = Counter()
+    # A test's wall time less the CPU it caused: how long it waited (timers, polls).
+    waited: Counter[str] = Counter()
     for path in sorted(directory.glob("*.jsonl")):
         for raw in path.read_text().splitlines():
             line = json.loads(raw)
@@ -136,9 +141,15 @@ def summary(directory: Path, most: int = 25) -> str:
             by_file[module].update(cpu)
             by_test[line["test"]] += sum(cpu.values())
             walls[module] += line["wall"]
+            by_process[path.stem] += line["wall"]
+            waited[line["test"]] += line["wall"] - max(sum(cpu.values()), 0.0)
     total = sum(by_kind.values())
     rows = [f"CPU {total:.0f} s in all; by kind:"]
     rows += [f"  {cpu:8.1f} s  {kind}" for kind, cpu in by_kind.most_common()]
+    each = ", ".join(f"{name} {wall:.0f}" for name, wall in sorted(by_process.items()))
+    rows.append(
+        f"tests' wall time {sum(by_process.values()):.0f} s in all; by test process: {each}"
+    )
     rows.append(f"the {most} files that cost most (CPU s, test wall s, then its kinds):")
     files = sorted(by_file.items(), key=lambda item: -sum(item[1].values()))
     for module, kinds in files[:most]:
@@ -146,6 +157,8 @@ def summary(directory: Path, most: int = 25) -> str:
         rows.append(f"  {sum(kinds.values()):8.1f} {walls[module]:8.1f}  {module}  ({top})")
     rows.append(f"the {most} tests that cost most (CPU s):")
     rows += [f"  {cpu:8.1f}  {test}" for test, cpu in by_test.most_common(most)]
+    rows.append(f"the {most} tests that waited most (wall s less CPU s):")
+    rows += [f"  {wait:8.1f}  {test}" for test, wait in waited.most_common(most)]
     return "\n".join(rows)
 
 
