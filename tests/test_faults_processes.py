@@ -164,7 +164,7 @@ def test_a_killed_pinned_hosts_worker_gets_its_jobs_back_and_no_other_host_does(
 
     worker_b = start_b()
     pinned, tags = _submit_all(
-        stack.api, solver, job_type, log, n, sleep_s=4.0, spec={"require_host": host_b}
+        stack.api, solver, job_type, log, n, sleep_s=5.0, spec={"require_host": host_b}
     )
     plain, plain_tags = _submit_all(stack.api, solver, job_type, log, n, sleep_s=0.2)
 
@@ -178,7 +178,7 @@ def test_a_killed_pinned_hosts_worker_gets_its_jobs_back_and_no_other_host_does(
         job = faultkit.get_job(stack.api.http, hit[0])
         return job["status"] == "pending" and job["attempts"] == 1
 
-    # A pinned job runs 4 s, so the kill finds it running; its attempt then times out.
+    # A pinned job runs 5 s, so the kill finds it running; its attempt then times out.
     wait_until(back_to_pending, timeout=60, what="the killed attempt to time out")
     # native-a is idle (it runs the plain jobs) and never gets a pinned one.
     faultkit.wait_terminal(stack.api.http, plain, timeout=60)
