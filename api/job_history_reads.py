@@ -165,15 +165,9 @@ class JobReader:
         claim time its transition's; not what only its workflow holds (failure history,
         waits, result, heartbeat, host). A run that never recorded a memo: its input,
         with the status its search attribute shows. None if its input is unreadable."""
-        events = await self._history(execution, size=1)
-        if not events:
-            return None
-        started = events[0].workflow_execution_started_event_attributes
-        inp = await self._decode(started.input.payloads, JobInput)
+        _, inp = await self._submitted(execution, size=1)
         if inp is None:
             return None
-        if inp.from_schedule:
-            inp = as_fired(inp, execution.id, events[0].event_time.ToMilliseconds())
         job = pending_job(inp)
         memo = await self._events_memo(execution)
         if memo is None or not memo.transitions:
@@ -282,19 +276,27 @@ class JobReader:
         transitions = memo.transitions if memo is not None else []
         return len(transitions) == 1 and transitions[0].status == JobStatus.PENDING
 
+    async def _submitted(
+        self, execution: WorkflowExecution, *, size: int
+    ) -> tuple[list[HistoryEvent], JobInput | None]:
+        """The run's first `size` events and its submit input (a schedule's firing as
+        fired); None for an input that cannot be read."""
+        events = await self._history(execution, size=size)
+        if not events:
+            return events, None
+        started = events[0].workflow_execution_started_event_attributes
+        inp = await self._decode(started.input.payloads, JobInput)
+        if inp is not None and inp.from_schedule:
+            inp = as_fired(inp, execution.id, events[0].event_time.ToMilliseconds())
+        return events, inp
+
     async def _untouched_job(self, execution: WorkflowExecution) -> Job | None:
         """An untouched plain job from its input, and its first attempt if scheduled;
         None for a job that takes the scheduled path or is pinned to a host (what it
         waits for is its workflow's to say)."""
-        events = await self._history(execution, size=FIRST_EVENTS)
-        if not events:
-            return None
-        started = events[0].workflow_execution_started_event_attributes
-        inp = await self._decode(started.input.payloads, JobInput)
+        events, inp = await self._submitted(execution, size=FIRST_EVENTS)
         if inp is None or inp.spec.scheduled or inp.spec.pinned_host is not None:
             return None  # its waiting_for (a gate, a clock, a host) is its workflow's
-        if inp.from_schedule:
-            inp = as_fired(inp, execution.id, events[0].event_time.ToMilliseconds())
         job = pending_job(inp)
         first = attempt_activity_id(1)
         if any(
