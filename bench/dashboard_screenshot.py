@@ -22,8 +22,9 @@ import httpx
 from playwright.sync_api import expect, sync_playwright
 
 from bench.harness import start_dev_server
+from tests.ports import free_port
 from tests.procs import CHROMIUM, CHROMIUM_ARGS, ROOT, Proc, jobforge, spawn, wait_until
-from worker.devserver import env_with, free_port, wait_for_port
+from worker.devserver import env_with, wait_for_port
 
 SECRET = "screenshot-secret"
 # A registered agent that never heartbeats shows as dead after this long.

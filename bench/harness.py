@@ -41,8 +41,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
+from tests.ports import free_port
 from tests.procs import ROOT, Proc, jobforge, spawn
-from worker.devserver import DevServer, free_port, wait_for_port
+from worker.devserver import DevServer, wait_for_port
 from worker.hub_client import pool_limits
 
 PRODUCT_DIRS = ("workflows", "engine", "activities", "api", "worker")

@@ -29,7 +29,8 @@ import httpx
 
 from engine.log_settings import LogSettings
 from engine.log_store import LogLine, LogStore, encode
-from worker.devserver import free_port, wait_for_port
+from tests.ports import free_port
+from worker.devserver import wait_for_port
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "bench",

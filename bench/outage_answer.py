@@ -26,8 +26,9 @@ from pathlib import Path
 import httpx
 
 from bench.harness import SECRET, code_version, start_dev_server
+from tests.ports import free_port
 from tests.procs import jobforge, spawn
-from worker.devserver import env_with, free_port, wait_for_port
+from worker.devserver import env_with, wait_for_port
 
 
 def measure(retry_ms: int, requests: int, workdir: Path) -> None:

@@ -58,7 +58,8 @@ from bench.harness import (
     parse,
     percentile,
 )
-from worker.devserver import DevServer, free_port
+from tests.ports import free_port
+from worker.devserver import DevServer
 from workflows.models import PRIORITY_LEVELS, priority_key, priority_range
 
 QUEUE = "bench-priority"

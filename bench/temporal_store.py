@@ -28,7 +28,8 @@ from temporalio.client import Client
 
 from bench.bare import BareJob, bare_noop, new_worker
 from bench.harness import code_version, cpu_seconds, exit_now, load_average, machine, parse
-from worker.devserver import DevServer, free_port
+from tests.ports import free_port
+from worker.devserver import DevServer
 
 TASK_QUEUE = "bench-store"
 WARMUP = 20

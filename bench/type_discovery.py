@@ -38,7 +38,8 @@ from bench.harness import (
 )
 from engine.connection import TemporalSettings
 from engine.directory import register_job_type
-from worker.devserver import DevServer, free_port
+from tests.ports import free_port
+from worker.devserver import DevServer
 
 SERVED = "serving job type"
 

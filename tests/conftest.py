@@ -30,8 +30,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from engine.log_store import LogStore
 from tests import procs
 from tests.log_stores import BACKENDS, S3Server, open_store, start_s3_server
+from tests.ports import free_port
 from tests.procs import CHROMIUM, CHROMIUM_ARGS, Proc
-from worker.devserver import DevServer, free_port, wait_for_port
+from worker.devserver import DevServer, wait_for_port
 from worker.hub_client import pool_limits
 
 if TYPE_CHECKING:

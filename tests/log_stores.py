@@ -17,8 +17,9 @@ import pytest
 
 from engine.log_settings import LogSettings
 from engine.log_store import LogLine, LogStore, encode
+from tests.ports import free_port
 from tests.procs import Proc, spawn
-from worker.devserver import free_port, wait_for_port
+from worker.devserver import wait_for_port
 
 # The S3 store runs against a moto server process: that case is in the process tier.
 BACKENDS = ["files", pytest.param("s3", marks=pytest.mark.process)]

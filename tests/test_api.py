@@ -18,7 +18,8 @@ from api.main import create_app
 from api.routes.jobs import RESERVED_JOB_PATHS
 from api.ttl_cache import TtlCache
 from tests.conftest import REGISTERED_TYPE, SECRET, Api, Solver, Stack, wait_until
-from worker.devserver import DevServer, free_port
+from tests.ports import free_port
+from worker.devserver import DevServer
 from workflows.models import Job
 from workflows.names import JOB_QUERY, REGISTRY_WORKFLOW_ID
 

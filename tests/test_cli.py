@@ -33,8 +33,9 @@ from tests.conftest import (
     base_env,
     wait_until,
 )
+from tests.ports import free_port
 from worker.cli import app as cli_app
-from worker.devserver import DevServer, free_port, wait_for_port
+from worker.devserver import DevServer, wait_for_port
 
 JOBFORGE = Path(PYTHON).with_name("jobforge")  # the console script, as installed
 HUB_ENV = ("HUB_URL", "FORGE_INGEST_SECRET")

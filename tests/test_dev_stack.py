@@ -19,8 +19,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import PYTHON, ROOT, needs_chromium, wait_until
+from tests.ports import free_port
 from worker.dev_stack import READY_LINE
-from worker.devserver import free_port
 
 # Starts processes (tests/tiers.py): not in `make check`.
 pytestmark = pytest.mark.process
@@ -457,6 +457,22 @@ def test_dev_refuses_a_temporal_port_that_is_taken_and_leaves_nothing_running(
     assert code != 0
     assert "Temporal dev server did not start" in stack.output()
     assert f"port {taken_port} is already in use" in stack.output()
+    assert not stack.leftovers()
+
+
+def test_dev_refuses_a_port_named_twice_and_starts_nothing(
+    launch: Callable[..., DevStack], tmp_path: Path
+) -> None:
+    """With one port for the API and Temporal, dev used to start Temporal on it, take
+    the API's failed bind for a listening API, and print a dashboard URL that was
+    Temporal's gRPC port."""
+    port = free_port()
+    stack = launch(tmp_path / "data", api_port=port, temporal_port=port)
+
+    code = stack.process.wait(STARTUP_S)
+
+    assert code == 2, stack.output()
+    assert f"error: --api-port {port} is also given as --temporal-port" in stack.output()
     assert not stack.leftovers()
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from worker import devserver
-from worker.devserver import DevServer, free_port
+from worker.devserver import DevServer
 
 
 def flags(cmd: list[str]) -> dict[str, list[str]]:
@@ -80,3 +83,21 @@ def test_a_start_that_fails_otherwise_is_not_retried_and_says_why(
         server.start()
 
     assert (tmp_path / "runs").read_text().count("run") == 1
+
+
+@pytest.mark.process
+def test_the_api_is_awaited_by_its_answer_not_by_a_port_that_accepts() -> None:
+    """Another listener on the API's port accepts connections; the API itself then dies
+    of its bind. The wait ends with that death, not as if the API served."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", free_port()))
+        other.listen()
+        port = other.getsockname()[1]
+        api = subprocess.Popen(["sleep", "1"])
+        try:
+            devserver.wait_for_port(port, 5, api)  # what dev waited for before
+            with pytest.raises(devserver.EarlyExitError):
+                devserver.wait_answering(f"http://127.0.0.1:{port}/healthz", 30, api)
+        finally:
+            api.kill()
+            api.wait()

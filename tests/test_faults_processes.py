@@ -22,7 +22,8 @@ import pytest
 from tests import faultkit
 from tests.conftest import SECRET, Api, Proc, Stack, base_env, wait_until
 from tests.helpers import read_events
-from worker.devserver import DevServer, free_port, wait_for_port
+from tests.ports import free_port
+from worker.devserver import DevServer, wait_for_port
 
 
 def _submit_all(

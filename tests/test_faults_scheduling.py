@@ -24,8 +24,9 @@ import pytest
 
 from tests import faultkit
 from tests.conftest import SECRET, base_env, wait_until
+from tests.ports import free_port
 from tests.procs import Proc
-from worker.devserver import DevServer, free_port, wait_for_port
+from worker.devserver import DevServer, wait_for_port
 
 # -- the checks, on hand-made transitions --------------------------------------------------
 

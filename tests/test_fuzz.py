@@ -24,8 +24,9 @@ from api.main import create_app
 from api.settings import ApiSettings
 from tests.conftest import SECRET, Api, Proc, base_env, wait_until
 from tests.faultkit import FULL, scale
+from tests.ports import free_port
 from tests.test_access import api_routes
-from worker.devserver import DevServer, free_port, wait_for_port
+from worker.devserver import DevServer, wait_for_port
 
 # The schema fuzz alone takes about a minute in `make test` (tests/conftest.py).
 pytestmark = pytest.mark.slow(100)

@@ -20,7 +20,7 @@ from engine.log_settings import LogSettings
 from engine.log_store import CUT_MARKER, LogLine, LogStore, encode
 from tests.conftest import ROOT
 from tests.log_stores import S3_ENV, S3Server
-from worker.devserver import free_port
+from tests.ports import free_port
 from workflows.errors import LogStoreUnavailable
 
 

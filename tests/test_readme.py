@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.ports import free_port
 from tests.test_dev_stack import DevStack, dev_env, launch_dev, wait_up
-from worker.devserver import free_port
 
 README = ROOT / "README.md"
 MAKEFILE = ROOT / "Makefile"

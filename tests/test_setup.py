@@ -13,7 +13,8 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
 from tests.conftest import ROOT
-from worker.devserver import DevServer, free_port
+from tests.ports import free_port
+from worker.devserver import DevServer
 from workflows import search_attributes
 
 KEYWORDS = [name for name, kind in search_attributes.REGISTRATION.items() if kind == "Keyword"]

@@ -26,8 +26,9 @@ from temporalio.service import TLSConfig
 
 from engine.connection import TemporalSettings, connect
 from tests.conftest import ROOT
+from tests.ports import free_port
 from worker.cluster_setup import register_search_attributes
-from worker.devserver import DevServer, free_port
+from worker.devserver import DevServer
 from workflows import search_attributes
 
 SERVER_NAME = "temporal.jobforge.test"

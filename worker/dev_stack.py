@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from activities.runner import dying_with_parent
-from worker.devserver import DevServer, env_with, port_in_use, wait_for_port
+from worker.devserver import DevServer, env_with, port_in_use, wait_answering
 from worker.hub_client import SECRET_FILE_NAME, HubSettings
 from worker.settings import SolverSettings, WorkerSettings
 
@@ -168,6 +168,7 @@ class DevStack:
     def run(self, out: Callable[[str], None], err: Callable[[str], None]) -> int:
         """Start everything, print the banner, supervise until a signal or a death;
         stop everything. The exit status."""
+        self._check_ports()
         if port_in_use(self.options.api_port):
             raise DevError(f"API port {self.options.api_port} is already in use", 2)
         secret, secret_file = ingest_secret(self.data_dir, self.hub.secret)
@@ -187,6 +188,19 @@ class DevStack:
             self._stop()
         return code
 
+    def _check_ports(self) -> None:
+        """The API, the Temporal frontend and its UI need three ports: a port named
+        twice would leave one of them on another's listener."""
+        named = {
+            "--api-port": self.options.api_port,
+            "--temporal-port": self.options.temporal_port,
+            "--ui-port": self.options.ui_port,
+        }
+        for flag, port in named.items():
+            others = [other for other, again in named.items() if again == port and other != flag]
+            if others:
+                raise DevError(f"{flag} {port} is also given as {others[0]}: use another port", 2)
+
     def _start(self, secret: str, secret_file: Path | None, out: Callable[[str], None]) -> None:
         try:
             self.server.start()
@@ -204,7 +218,7 @@ class DevStack:
                 (name, subprocess.Popen(dying_with_parent([*jobforge, *args]), env=env))
             )
         try:
-            wait_for_port(self.options.api_port, 30, self.children[0][1])
+            wait_answering(f"{self.api_url}/healthz", 30, self.children[0][1])
         except (RuntimeError, TimeoutError) as error:
             raise DevError(f"the API did not start: {error}") from error
         for line in self.banner(secret, secret_file, env):

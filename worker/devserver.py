@@ -66,13 +66,6 @@ def temporal_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def port_in_use(port: int) -> bool:
     """Whether something already accepts connections on 127.0.0.1:port."""
     try:
@@ -102,6 +95,24 @@ def wait_for_port(port: int, deadline_s: float, process: subprocess.Popen[bytes]
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listened on port {port} within {deadline_s:g} s")
+
+
+def wait_answering(url: str, deadline_s: float, process: subprocess.Popen[bytes]) -> None:
+    """Block until GET url answers 200 (or the process dies). A port that accepts is not
+    enough: another listener may hold it, and the process then dies of its bind."""
+    import httpx
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if process.poll() is not None:
+            raise EarlyExitError(process.returncode, "serving")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {deadline_s:g} s")
 
 
 def wait_healthy(address: str, deadline_s: float, process: subprocess.Popen[bytes]) -> None:
