@@ -299,3 +299,44 @@ def test_a_pinned_jobs_detail_shows_its_host_fields_and_waiting_for_host(
         expect(page.locator("#detail-host")).to_have_text(socket.gethostname())
     finally:
         api.http.delete(f"/api/jobs/{waiting}")
+
+
+def test_a_burst_of_job_events_rereads_the_panels_before_their_cadence(
+    page: Page, api: Api, name: str
+) -> None:
+    """The page's timers are Playwright's fake clock, paused after the first read and
+    moved by hand: the regular read (PANELS_EVERY_MS, 5 s) cannot come within the 2 s
+    or so the clock moves here, so the panels' read that follows the job's events is
+    the one those events asked for."""
+
+    pools_reads: list[str] = []
+    page.on(
+        "requestfinished",
+        lambda request: (
+            pools_reads.append(request.url) if re.search(r"/api/pools(\?|$)", request.url) else None
+        ),
+    )
+
+    def reads() -> int:
+        page.evaluate("0")  # the sync API hands its events over while it waits on a call
+        return len(pools_reads)
+
+    page.clock.install()
+    sign_in(page, api)
+    wait_until(lambda: reads() == 1, timeout=30, what="the panels' first read")
+    paused = page.evaluate("Date.now()") + 10
+    page.clock.pause_at(paused / 1000)  # seconds; time moves from here by hand
+    first = reads()
+    job_id = api.submit(type=REGISTERED_TYPE, pool=name)
+
+    def listed() -> bool:
+        page.clock.run_for(50)  # the stream's events are handled on a 50 ms timer
+        return row(page, job_id).count() == 1
+
+    # Polled twice a second: 0.1 s of the page's time per second of the test's.
+    wait_until(listed, timeout=30, interval=0.5, what="the job's row from its event")
+    # Far enough from the regular read for the 1.5 s below not to reach it.
+    assert page.evaluate("Date.now()") - paused < 3000
+    assert reads() == first, "the panels were read again before the events asked"
+    page.clock.run_for(1500)
+    wait_until(lambda: reads() > first, timeout=10, what="the panels read after the events")

@@ -2,7 +2,9 @@
 // from the server-sent event stream; counts and page 1 are re-read (throttled) after events.
 // Running jobs' progress bars (their rows, the open detail) move with `job:progress` events.
 // The side panels (fleet, groups, pools, targets, and schedules from static/schedules.js)
-// are re-read every PANELS_EVERY_MS, one list call each, while the tab is visible.
+// are re-read every PANELS_EVERY_MS, one list call each, while the tab is visible, and
+// PANELS_AFTER_EVENTS_MS after a burst of job transitions (a job's end frees its pool's
+// units and moves its group's counts), at most once per that gap.
 "use strict";
 
 // The status chips: the API's statuses, and a cancelled job (failed with fail_reason
@@ -31,6 +33,7 @@ const TOKEN_KEY = "jobforge.token";
 // Rows per page: 50, or ?limit=N (1…200) in the page's address.
 const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get("limit")) || 50, 1), 200);
 const PANELS_EVERY_MS = 5000;
+const PANELS_AFTER_EVENTS_MS = 1000;
 // A new stream replays the transitions from this long before the page's last read: the
 // Date header's second, and a job visibility showed the read late.
 const SINCE_MARGIN_MS = 5000;
@@ -87,6 +90,7 @@ const state = {
   targetMessages: new Map(), // target → {text, error} of its last resume here
   stream: null,
   timers: {},
+  panelsSoon: false, // a read of the panels after events is due (schedulePanels)
   running: false,
 };
 
@@ -282,6 +286,7 @@ function stop() {
   state.stream = null;
   for (const timer of Object.values(state.timers)) clearTimeout(timer);
   state.timers = {};
+  state.panelsSoon = false;
   refreshSoon.cancel();
 }
 
@@ -625,6 +630,7 @@ function flushEvents() {
   state.queued = [];
   const fresh = new Map();
   for (const event of events) handleEvent(event, fresh);
+  if (events.some((event) => event.event !== "job:progress")) panelsSoon();
   // Newest on top now; the throttled re-read of page 1 then puts it in the API's order.
   const added = [...fresh.values()].filter((job) => matchesFilters(job, true))
     .slice(-PAGE_SIZE).reverse();
@@ -1505,11 +1511,22 @@ async function refreshPanels() {
   ]);
 }
 
-function schedulePanels() {
+// One timer at a time: the next regular read, or the one after events, which then
+// starts the regular cadence again.
+function schedulePanels(delay = PANELS_EVERY_MS) {
+  clearTimeout(state.timers.panels);
   state.timers.panels = setTimeout(async () => {
+    state.timers.panels = null;
+    state.panelsSoon = false;
     if (!document.hidden) await refreshPanels();
-    if (state.running) schedulePanels();
-  }, PANELS_EVERY_MS);
+    if (state.running && !state.timers.panels) schedulePanels();
+  }, delay);
+}
+
+function panelsSoon() {
+  if (!state.running || state.panelsSoon) return;
+  state.panelsSoon = true;
+  schedulePanels(PANELS_AFTER_EVENTS_MS);
 }
 
 // ---------------------------------------------------------------- wiring
