@@ -60,6 +60,14 @@ def pytest_configure() -> None:
     ignored through exec, a handled one does not)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    procs.FORK_JOBFORGE = True  # APIs, workers and agents come from a zygote
+
+
+def pytest_unconfigure() -> None:
+    """The zygote ends with its children, and is waited for: their CPU is the suite's."""
+    from tests import zygote
+
+    zygote.close()
 
 
 def _slow_weight(item: pytest.Item) -> tuple[str, float] | None:

@@ -32,6 +32,8 @@ def _kind(argv: list[str]) -> str:
     exe = os.path.basename(argv[0]) if argv else ""
     if exe == "temporal":
         return "temporal"
+    if "tests.zygote" in argv:
+        return "zygote"  # with the CPU of the children it reaped
     if "worker.cli" in text and len(argv) > 3:
         return f"jobforge {argv[3]}"  # python -m worker.cli api|worker|agent|dev
     if exe == "jobforge" or "runforge" in text:
@@ -71,6 +73,10 @@ def _descendants(root: int) -> dict[int, tuple[str, float]]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
+            if "tests.zygote" in argv:  # a zygote's child keeps its cmdline: its name says
+                with open(f"/proc/{pid}/comm") as f:
+                    comm = f.read().strip()
+                argv = ["python", "-m", "worker.cli", comm[3:]] if comm.startswith("jf-") else argv
         except OSError:
             continue
         # Keyed by pid and start time: a reused pid is another process.

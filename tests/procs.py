@@ -15,12 +15,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from tests.zygote import Forked
 
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+# Set by tests/conftest.py: `spawn` forks `python -m worker.cli ...` from the test
+# process's zygote (tests/zygote.py) rather than start a fresh interpreter. The benches
+# leave it off.
+FORK_JOBFORGE = False
+# Called with the command line of each process `spawn` forks (tests/tiers.py checks them).
+ON_FORK: list[Callable[[list[str]], None]] = []
 
 # Debian's Chromium, headless, and the flags this closed network needs (without the
 # background-networking ones it keeps trying hosts it cannot reach).
@@ -58,7 +67,7 @@ def wait_until(
 class Proc:
     """A process a test or a bench started, with the log file its output goes to."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | Forked
     log: Path
 
     @property
@@ -90,8 +99,7 @@ class Proc:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return self.process.wait()
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
@@ -113,9 +121,19 @@ def spawn(
     new_session: bool = False,
 ) -> Proc:
     """Start `argv` with stdout and stderr to `log` (truncated) and no stdin."""
+    argv = list(argv)
+    if FORK_JOBFORGE and argv[:3] == jobforge():
+        from tests import zygote
+
+        if zygote.wanted():
+            log.write_bytes(b"")
+            for hook in ON_FORK:
+                hook(argv)
+            forked = zygote.zygote().spawn(argv[3:], log, env, cwd, new_session)
+            return Proc(forked, log)
     with log.open("wb") as out:
         process = subprocess.Popen(
-            list(argv),
+            argv,
             env=env,
             cwd=cwd,
             stdout=out,

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from tests import procs
+
 # Fixtures that start processes: tests/conftest.py's, and test modules' own.
 PROCESS_FIXTURES = frozenset(
     {
@@ -57,14 +59,20 @@ def pytest_configure() -> None:
     popen_init = subprocess.Popen.__init__
 
     def noted(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
-        one = isinstance(args, (str, bytes, os.PathLike))
-        command = os.fsdecode(args) if one else " ".join(map(os.fsdecode, args))
-        program = Path(command.split()[0]).name if command.split() else ""
-        if _current[0] and program != ALLOWED_PROGRAM:
-            _started.setdefault(_current[0], []).append(command[:200])
+        note(args)
         popen_init(self, args, *rest, **kwargs)
 
     subprocess.Popen.__init__ = noted  # type: ignore[method-assign]
+    procs.ON_FORK.append(note)  # forked from the zygote (tests/zygote.py): no Popen
+
+
+def note(args: Any) -> None:
+    """Note a process started now, by the test that runs."""
+    one = isinstance(args, (str, bytes, os.PathLike))
+    command = os.fsdecode(args) if one else " ".join(map(os.fsdecode, args))
+    program = Path(command.split()[0]).name if command.split() else ""
+    if _current[0] and program != ALLOWED_PROGRAM:
+        _started.setdefault(_current[0], []).append(command[:200])
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:

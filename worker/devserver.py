@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from activities.runner import dying_with_parent
 from engine.connection import TemporalSettings
@@ -83,12 +84,18 @@ class EarlyExitError(RuntimeError):
         self.code = code
 
 
-def wait_for_port(port: int, deadline_s: float, process: subprocess.Popen[bytes] | None) -> None:
+class Exits(Protocol):
+    """A started process, as far as waiting for it needs: `subprocess.Popen`'s."""
+
+    def poll(self) -> int | None: ...
+
+
+def wait_for_port(port: int, deadline_s: float, process: Exits | None) -> None:
     """Block until something accepts on 127.0.0.1:port (or the process dies)."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        if process is not None and process.poll() is not None:
-            raise EarlyExitError(process.returncode, "listening")
+        if process is not None and (code := process.poll()) is not None:
+            raise EarlyExitError(code, "listening")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
