@@ -33,7 +33,7 @@ def _kind(argv: list[str]) -> str:
     if exe == "temporal":
         return "temporal"
     if "tests.zygote" in argv:
-        return "zygote"  # with the CPU of the children it reaped
+        return "zygote"  # with its children's that ended: APIs, workers, agents stopped
     if "worker.cli" in text and len(argv) > 3:
         return f"jobforge {argv[3]}"  # python -m worker.cli api|worker|agent|dev
     if exe == "jobforge" or "runforge" in text:
@@ -45,9 +45,9 @@ def _kind(argv: list[str]) -> str:
     return "other"
 
 
-def _descendants(root: int) -> dict[int, tuple[str, float]]:
+def _descendants(root: int) -> dict[int, tuple[str, float, int]]:
     """The live processes below `root`: (pid, start) -> (kind, CPU seconds so far,
-    its reaped children's included)."""
+    its reaped children's included, its parent's pid)."""
     parent: dict[int, int] = {}
     stats: dict[int, tuple[float, str]] = {}  # pid -> (CPU s, start time)
     for name in os.listdir("/proc"):
@@ -63,7 +63,7 @@ def _descendants(root: int) -> dict[int, tuple[str, float]]:
         # Its own CPU and that of the children it reaped (a worker's solver runs, say).
         cpu = sum(int(value) for value in fields[11:15]) / TICK
         stats[pid] = (cpu, fields[19])
-    found: dict[int, tuple[str, float]] = {}
+    found: dict[int, tuple[str, float, int]] = {}
     for pid in stats:
         up, hops = parent.get(pid, 0), 0
         while up not in (0, 1, root) and hops < 50:
@@ -76,11 +76,13 @@ def _descendants(root: int) -> dict[int, tuple[str, float]]:
             if "tests.zygote" in argv:  # a zygote's child keeps its cmdline: its name says
                 with open(f"/proc/{pid}/comm") as f:
                     comm = f.read().strip()
-                argv = ["python", "-m", "worker.cli", comm[3:]] if comm.startswith("jf-") else argv
+                if comm.startswith("jf-"):
+                    module = "worker.runforge_cli" if comm == "jf-runforge" else "worker.cli"
+                    argv = ["python", "-m", module, comm[3:]]
         except OSError:
             continue
         # Keyed by pid and start time: a reused pid is another process.
-        found[pid * 10**12 + int(stats[pid][1])] = (_kind(argv), stats[pid][0])
+        found[pid * 10**12 + int(stats[pid][1])] = (_kind(argv), stats[pid][0], parent[pid])
     return found
 
 
@@ -98,20 +100,22 @@ class Ledger:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None]:
-        start, (me0, kids0), live0 = time.monotonic(), _own(), _descendants(os.getpid())
+        root = os.getpid()
+        start, (me0, kids0), live0 = time.monotonic(), _own(), _descendants(root)
         yield
-        (me1, kids1), live1 = _own(), _descendants(os.getpid())
+        (me1, kids1), live1 = _own(), _descendants(root)
         kinds: Counter[str] = Counter()
-        for key, (kind, cpu) in live1.items():
-            kinds[kind] += cpu - live0.get(key, (kind, 0.0))[1]
-        ended = 0.0
-        for key, (_, cpu) in live0.items():
+        for key, (kind, cpu, _) in live1.items():
+            kinds[kind] += cpu - live0.get(key, (kind, 0.0, 0))[1]
+        kind_of = {key // 10**12: kind for key, (kind, _, _) in live1.items()}
+        for key, (_, cpu, parent) in live0.items():
             if key not in live1:
-                # Reaped meanwhile: its whole CPU is in RUSAGE_CHILDREN, or in its
-                # parent's, so its part before the test comes off.
-                ended += cpu
+                # Reaped meanwhile: its whole CPU is now its reaper's (in RUSAGE_CHILDREN
+                # here, or in a live parent's: the zygote's, a worker's), so its part
+                # before the test comes off there.
+                kinds["reaped" if parent == root else kind_of.get(parent, "reaped")] -= cpu
         kinds["test process"] += me1 - me0
-        kinds["reaped"] += kids1 - kids0 - ended
+        kinds["reaped"] += kids1 - kids0
         line = {
             "test": item.nodeid,
             "wall": round(time.monotonic() - start, 3),

@@ -24,9 +24,9 @@ T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-# Set by tests/conftest.py: `spawn` forks `python -m worker.cli ...` from the test
-# process's zygote (tests/zygote.py) rather than start a fresh interpreter. The benches
-# leave it off.
+# Set by tests/conftest.py: `spawn` forks `python -m worker.cli ...` (and design 002's
+# `worker.runforge_cli`) from the test process's zygote (tests/zygote.py) rather than
+# start a fresh interpreter. The benches leave it off.
 FORK_JOBFORGE = False
 # Called with the command line of each process `spawn` forks (tests/tiers.py checks them).
 ON_FORK: list[Callable[[list[str]], None]] = []
@@ -122,14 +122,14 @@ def spawn(
 ) -> Proc:
     """Start `argv` with stdout and stderr to `log` (truncated) and no stdin."""
     argv = list(argv)
-    if FORK_JOBFORGE and argv[:3] == jobforge():
+    if FORK_JOBFORGE and argv[:2] == [PYTHON, "-m"] and len(argv) > 2:
         from tests import zygote
 
-        if zygote.wanted():
+        if argv[2] in zygote.MODULES and zygote.wanted():
             log.write_bytes(b"")
             for hook in ON_FORK:
                 hook(argv)
-            forked = zygote.zygote().spawn(argv[3:], log, env, cwd, new_session)
+            forked = zygote.zygote().spawn(argv[2], argv[3:], log, env, cwd, new_session)
             return Proc(forked, log)
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -5,7 +5,8 @@ start from it.
 FastAPI, pydantic and temporalio, and a worker 0.7 s; the suite starts some 230 of them.
 The zygote (`python -m tests.zygote`, one per test process) imports them once. For each
 `spawn` it forks a child that takes the request's argv, environment, working directory
-and log file, and runs `worker.cli`'s `main()`, as `python -m worker.cli` does. The child is a
+and log file, and runs `worker.cli`'s `main()` as `python -m worker.cli` does (or
+`worker.runforge_cli`'s, design 002's daemon). The child is a
 process of its own: its own pid, signals, exit status and children. What it shares with
 a fresh interpreter's start is only what was imported before it forked.
 
@@ -13,8 +14,8 @@ Fresh interpreters still start the stack where the start itself is tested: `jobf
 (tests/test_dev_stack.py), the README's commands and the CLI's own runs. Set
 JOBFORGE_TEST_FRESH_PROCESSES=1 to start every process fresh.
 
-Protocol: JSON lines. The test process writes `{"id", "argv", "env", "cwd", "log",
-"new_session"}`; the zygote answers `{"id", "pid"}` (or `{"id", "error"}`), and
+Protocol: JSON lines. The test process writes `{"id", "module", "argv", "env", "cwd",
+"log", "new_session"}`; the zygote answers `{"id", "pid"}` (or `{"id", "error"}`), and
 `{"exit": id, "code": returncode}` when the child of request `id` ends (a negative code:
 its signal, as `subprocess` gives it). When its stdin closes (the test process ended), it
 kills its children and exits.
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What a child would import anyway, imported once here.
 PRELOAD = (
     "worker.cli",
+    "worker.runforge_cli",
     "api.main",
     "worker.native",
     "worker.agent",
@@ -58,7 +60,9 @@ PRELOAD = (
 )
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1
-# The children's name in /proc/PID/comm (their cmdline is the zygote's): "jf-<command>".
+# The modules a child may run (`python -m <module>`), and each child's name in
+# /proc/PID/comm (its cmdline is the zygote's): "jf-<command>" of jobforge, "jf-runforge".
+MODULES = {"worker.cli": "", "worker.runforge_cli": "runforge"}
 COMM_PREFIX = "jf-"
 
 
@@ -91,7 +95,8 @@ def _child(request: dict[str, Any], wake_fds: tuple[int, int]) -> None:
             os.close(fd)
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote gone: so is its child
-        command = request["argv"][0] if request["argv"] else "cli"
+        module = request["module"]
+        command = MODULES[module] or (request["argv"][0] if request["argv"] else "cli")
         libc.prctl(PR_SET_NAME, (COMM_PREFIX + command)[:15].encode())
         if request["new_session"]:
             os.setsid()
@@ -109,10 +114,10 @@ def _child(request: dict[str, Any], wake_fds: tuple[int, int]) -> None:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115
         sys.stdout = _stream(1, unbuffered, line_buffering=False)
         sys.stderr = _stream(2, unbuffered, line_buffering=True)
-        sys.argv = [str(ROOT / "worker" / "cli.py"), *request["argv"]]
+        sys.argv = [str(ROOT / (module.replace(".", "/") + ".py")), *request["argv"]]
         try:
-            # `python -m worker.cli` runs `main()` under `if __name__ == "__main__"`.
-            importlib.import_module("worker.cli").main()
+            # `python -m <module>` runs its `main()` under `if __name__ == "__main__"`.
+            importlib.import_module(module).main()
             code = 0
         except SystemExit as done:
             if done.code is None or isinstance(done.code, int):
@@ -269,12 +274,19 @@ class Zygote:
             self._changed.notify_all()
 
     def spawn(
-        self, argv: list[str], log: Path, env: dict[str, str], cwd: Path, new_session: bool
+        self,
+        module: str,
+        argv: list[str],
+        log: Path,
+        env: dict[str, str],
+        cwd: Path,
+        new_session: bool,
     ) -> Forked:
-        """Fork `python -m worker.cli <argv>`."""
+        """Fork `python -m <module> <argv>`."""
         request_id = next(self._ids)
         request = {
             "id": request_id,
+            "module": module,
             "argv": argv,
             "env": env,
             "cwd": str(cwd),
