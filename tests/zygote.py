@@ -35,6 +35,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from pathlib import Path
@@ -110,6 +111,7 @@ def _child(request: dict[str, Any], wake_fds: tuple[int, int]) -> None:
         os.close(null)
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # found again from this environment's TMPDIR
         unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
         sys.stdin = open(0, closefd=False)  # noqa: SIM115
         sys.stdout = _stream(1, unbuffered, line_buffering=False)
