@@ -196,10 +196,11 @@ class DevStack:
             "--temporal-port": self.options.temporal_port,
             "--ui-port": self.options.ui_port,
         }
+        flags: dict[int, str] = {}
         for flag, port in named.items():
-            others = [other for other, again in named.items() if again == port and other != flag]
-            if others:
-                raise DevError(f"{flag} {port} is also given as {others[0]}: use another port", 2)
+            if port in flags:
+                raise DevError(f"{flags[port]} {port} is also given as {flag}: use another port", 2)
+            flags[port] = flag
 
     def _start(self, secret: str, secret_file: Path | None, out: Callable[[str], None]) -> None:
         try:
