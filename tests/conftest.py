@@ -28,7 +28,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from engine.log_store import LogStore
-from tests import procs
+from tests import cpu_ledger, procs
 from tests.log_stores import BACKENDS, S3Server, open_store, start_s3_server
 from tests.ports import free_port
 from tests.procs import CHROMIUM, CHROMIUM_ARGS, Proc
@@ -257,9 +257,17 @@ def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     """One dev server for the session (tuned dynamic config, headless), its database in
     memory: nothing restarts it, and a job costs it less so (bench.temporal_store)."""
     data = tmp_path_factory.mktemp("temporal")
-    server = DevServer(data, port=free_port(), ui_port=None, in_memory=True)
+    # With the CPU ledger on, the server serves its metrics, and the ledger keeps its
+    # request counts at the end (tests/cpu_ledger.py).
+    ledger = cpu_ledger.directory()
+    metrics_port = free_port() if ledger else None
+    server = DevServer(
+        data, port=free_port(), ui_port=None, in_memory=True, metrics_port=metrics_port
+    )
     server.start()
     yield server
+    if ledger and metrics_port:
+        cpu_ledger.keep_server_metrics(ledger, f"http://127.0.0.1:{metrics_port}/metrics")
     server.stop()
 
 

@@ -6,14 +6,17 @@ Each test process (an xdist worker, or pytest itself) appends a line per test to
 test process, by the processes it reaped meanwhile (CLI runs, stopped APIs and workers),
 and by its live descendants, by kind (the session's Temporal server, APIs, workers,
 Chromium...). A test's share is what changed while it ran, so a session process's work
-goes to the test that caused it. `python -m tests.cpu_ledger DIR` sums it up by file and
-by kind; `make cpu-ledger` runs the suite that way.
+goes to the test that caused it. Each session's dev server also leaves its request
+counts (`<worker>.server.json`: gRPC calls and database operations), which say what the
+server's share was spent on. `python -m tests.cpu_ledger DIR` sums it up by file and by
+kind; `make cpu-ledger` runs the suite that way.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -21,6 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Generator
 from pathlib import Path
 
+import httpx
 import pytest
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -125,10 +129,53 @@ class Ledger:
         self.out.flush()
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def directory() -> Path | None:
+    """Where the ledger goes; None: it is off."""
     where = os.environ.get("JOBFORGE_CPU_LEDGER")
+    return Path(where) if where else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    where = directory()
     if where:
-        config.pluginmanager.register(Ledger(Path(where)), "jobforge-cpu-ledger")
+        config.pluginmanager.register(Ledger(where), "jobforge-cpu-ledger")
+
+
+# The session dev server's counters the summary sums: its requests by service and
+# operation (gRPC calls to the frontend, matching and history) and its database's.
+SERVER_COUNTERS = ("service_requests", "persistence_requests")
+_COUNTER = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def keep_server_metrics(where: Path, url: str) -> None:
+    """Write the session server's request counts next to the test process's ledger."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    counts: Counter[str] = Counter()
+    try:
+        text = httpx.get(url, timeout=10).text
+    except httpx.HTTPError:
+        return
+    for raw in text.splitlines():
+        found = _COUNTER.match(raw)
+        if found is None or found[1] not in SERVER_COUNTERS:
+            continue
+        labels = dict(_LABEL.findall(found[2]))
+        key = f"{found[1]} {labels.get('service_name', '?')} {labels.get('operation', '?')}"
+        counts[key] += int(float(found[3]))
+    (where / f"{worker}.server.json").write_text(json.dumps(dict(counts)))
+
+
+def server_summary(directory: Path, most: int) -> list[str]:
+    """The session servers' requests, summed over the test processes."""
+    counts: Counter[str] = Counter()
+    for path in sorted(directory.glob("*.server.json")):
+        counts.update(json.loads(path.read_text()))
+    if not counts:
+        return []
+    rows = [f"the session servers' {most} most frequent requests (counter service operation):"]
+    rows += [f"  {count:9d}  {key}" for key, count in counts.most_common(most)]
+    return rows
 
 
 def summary(directory: Path, most: int = 25) -> str:
@@ -169,6 +216,7 @@ def summary(directory: Path, most: int = 25) -> str:
     rows += [f"  {cpu:8.1f}  {test}" for test, cpu in by_test.most_common(most)]
     rows.append(f"the {most} tests that waited most (wall s less CPU s):")
     rows += [f"  {wait:8.1f}  {test}" for test, wait in waited.most_common(most)]
+    rows += server_summary(directory, 2 * most)
     return "\n".join(rows)
 
 
