@@ -10,6 +10,7 @@ in the middle of a stream is resumed on the other with `Last-Event-ID`.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.event_feed import Position
 from tests.conftest import Api, Solver, Stack, wait_until
 from tests.helpers import Collector, Sse, read_events
 from tests.log_stores import S3Server
@@ -137,17 +139,27 @@ def completes(ids: set[str]) -> Callable[[list[Sse]], bool]:
     return lambda events: {e.job_id for e in events if e.event == "job:completed"} >= ids
 
 
-def per_job(events: list[Sse]) -> dict[str, list[tuple[str, str]]]:
-    """(id, event) per job, in arrival order."""
-    grouped: dict[str, list[tuple[str, str]]] = defaultdict(list)
+def per_job(events: list[Sse]) -> dict[str, list[tuple[int, int, str]]]:
+    """Each job's transitions as (time, seq, event), in arrival order. A transition's own
+    key, not its id: one that a feed saw only after its stream passed the key is sent at
+    the stream's position (`<key>+<n>`), so the same transition may carry different ids
+    on two connections (api/event_feed.py)."""
+    grouped: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     for sse in events:
-        grouped[sse.job_id].append((sse.id, sse.event))
+        grouped[sse.job_id].append((sse.data["ts"], sse.data["seq"], sse.event))
     return dict(grouped)
+
+
+def positions_grow(events: list[Sse]) -> bool:
+    """Whether the events' ids, as stream positions, only grow."""
+    found = [position for sse in events if (position := Position.parse(sse.id)) is not None]
+    assert len(found) == len(events), [sse.id for sse in events]
+    return all(a < b for a, b in itertools.pairwise(found))
 
 
 def lives(events: list[Sse]) -> dict[str, list[str]]:
     """The event names per job, in arrival order."""
-    return {job_id: [name for _, name in seq] for job_id, seq in per_job(events).items()}
+    return {job_id: [name for *_, name in seq] for job_id, seq in per_job(events).items()}
 
 
 # -- helpers -------------------------------------------------------------------------
@@ -295,7 +307,7 @@ def test_streams_on_two_replicas_agree_and_a_killed_one_resumes_on_the_other(
     ).start()
 
     # Phase 1, both replicas up: each client sees every job's whole life, and the same
-    # (id, event) sequence per job as the other.
+    # transitions per job as the other.
     opened = Gate(gate.solver, gate.path.with_name("always-open"))
     opened.open()
     batch1 = set(submit_alternately(replicas, [opened.spec(job_type, i) for i in range(4)]))
@@ -346,6 +358,7 @@ def test_streams_on_two_replicas_agree_and_a_killed_one_resumes_on_the_other(
     assert len({e.id for e in joined}) == len(joined), "an event was repeated"
     assert lives(joined) == dict.fromkeys(expected, LIFE)
     assert per_job(joined) == per_job(on_second.events)
+    assert positions_grow(joined) and positions_grow(on_second.events)
     assert set(map(identity, joined)) == set(map(identity, on_second.events))
     # The resumed connection started after the last id, in the stream's global order.
     assert all(key(e.id) > key(last_id) for e in resumed.events)
