@@ -28,7 +28,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from engine.log_store import LogStore
-from tests import cpu_ledger, procs
+from tests import procs
 from tests.log_stores import BACKENDS, S3Server, open_store, start_s3_server
 from tests.ports import free_port
 from tests.procs import CHROMIUM, CHROMIUM_ARGS, Proc
@@ -258,7 +258,10 @@ def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     memory: nothing restarts it, and a job costs it less so (bench.temporal_store)."""
     data = tmp_path_factory.mktemp("temporal")
     # With the CPU ledger on, the server serves its metrics, and the ledger keeps its
-    # request counts at the end (tests/cpu_ledger.py).
+    # request counts at the end. (Imported here: a plugin imported by this module's
+    # import would not be rewritten for asserts, and pytest warns of it.)
+    from tests import cpu_ledger
+
     ledger = cpu_ledger.directory()
     metrics_port = free_port() if ledger else None
     server = DevServer(
