@@ -260,6 +260,41 @@ def test_with_events_require_token_the_stream_uses_a_stream_token(
         guarded.proc.stop(timeout=15)
 
 
+def test_an_earlier_transition_of_the_same_millisecond_does_not_turn_a_row_back(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    # A job may go assigned, running and completed within one millisecond, and a stream
+    # that replays from before the page's read sends those transitions after the row
+    # was read completed: their `seq` says they came first.
+    job_id = api.submit(**make_solver('print("{}")\n').spec(job_type))
+    job = api.wait_status(job_id, "completed")
+    last = job["transitions"][-1]
+    sign_in(page, api, job_type=job_type)
+    page.locator('#status-chips .chip[data-status="completed"]').click()
+    expect(row(page, job_id)).to_have_attribute("data-status", "completed")
+    running = next(t for t in job["transitions"] if t["status"] == "running")
+    event = {
+        **running,
+        "event": "job:running",
+        "id": job_id,
+        "type": job_type,
+        "priority": job["priority"],
+        "created_at": job["created_at"],
+        "ts": last["ts"],
+    }
+    # The stream's handler takes the event; what the row shows after it (None: gone).
+    deliver = (
+        "event => { handleEvent(event, new Map());"
+        " const tr = document.querySelector(`#jobs-body tr[data-job-id='${event.id}']`);"
+        " return tr ? tr.dataset.status : null; }"
+    )
+
+    assert page.evaluate(deliver, event) == "completed"
+    # One after it in the same millisecond does change the row (and takes it out of
+    # the completed filter).
+    assert page.evaluate(deliver, {**event, "seq": last["seq"] + 1}) is None
+
+
 def test_pages_are_walked_with_next_and_prev(
     page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
 ) -> None:

@@ -756,6 +756,9 @@ class JobSummary(JobIdentity):
     worker_id: str | None
     fail_reason: str | None
     updated_at: int
+    # The latest transition's number: of two transitions in the same millisecond, the
+    # one with the higher `seq` is the later (an event's `seq` says where it stands).
+    seq: int = 0
 
     @classmethod
     def of(cls, job_id: str, memo: EventsMemo) -> JobSummary:
@@ -770,6 +773,7 @@ class JobSummary(JobIdentity):
             worker_id=last.worker_id,
             fail_reason=reason,
             updated_at=last.ts,
+            seq=last.seq,
         )
 
 

@@ -416,10 +416,21 @@ function resetPages() {
   renderPager();
 }
 
+// Whether transition `a` comes after `b`, each [ts, seq]: by time, then by the job's
+// transition number (a job may go assigned, running and completed within a millisecond).
+function comesAfter(a, b) {
+  return a[0] !== b[0] ? a[0] > b[0] : a[1] > b[1];
+}
+
+// Whether `event` comes after what the row `job` shows.
+function isLater(event, job) {
+  return comesAfter([event.ts, event.seq], [job.updated_at, job.seq || 0]);
+}
+
 function overlay(job) {
   // A fetched row may be older than an event already seen for it.
   const event = state.latest.get(job.id);
-  return event && event.ts > job.updated_at ? applyEvent({ ...job }, event) : job;
+  return event && isLater(event, job) ? applyEvent({ ...job }, event) : job;
 }
 
 async function loadPage() {
@@ -545,6 +556,7 @@ function applyEvent(job, event) {
   job.attempts = event.attempts;
   job.worker_id = event.worker_id;
   job.updated_at = event.ts;
+  job.seq = event.seq;
   if (event.reason) job.fail_reason = event.reason;
   return job;
 }
@@ -608,7 +620,7 @@ function handleEvent(event, fresh) {
   if (event.id === state.selected) detailSoon();
   const shown = state.rows.get(event.id);
   if (shown) {
-    if (event.ts < shown.job.updated_at) return;
+    if (!isLater(event, shown.job)) return;
     applyEvent(shown.job, event);
     if (matches(shown.job)) {
       fillRow(shown.tr, shown.job);
@@ -774,13 +786,14 @@ async function loadDetail(id) {
   const shown = state.rows.get(id);
   if (shown && state.detail.transitions.length) {
     const last = state.detail.transitions[state.detail.transitions.length - 1];
-    if (last.ts >= shown.job.updated_at) {
+    if (!comesAfter([shown.job.updated_at, shown.job.seq || 0], [last.ts, last.seq])) {
       Object.assign(shown.job, {
         status: state.detail.status,
         attempts: state.detail.attempts,
         worker_id: state.detail.worker_id,
         fail_reason: state.detail.fail_reason ?? shown.job.fail_reason,
         updated_at: last.ts,
+        seq: last.seq,
       });
       fillRow(shown.tr, shown.job);
     }
