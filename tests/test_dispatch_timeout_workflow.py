@@ -37,6 +37,12 @@ def gates_for(harness: Harness, **defaults: float) -> Gates:
     return Gates(harness.client, harness.task_queue, GateSettings(**defaults))
 
 
+# The heartbeat timeout of a job whose silent attempt must lapse and whose next one must
+# run to its end: that one heartbeats, but a loaded box can stall the in-process worker
+# for half a second (500 ms failed a run at five test processes).
+LAPSE_THEN_RUN_MS = 2000
+
+
 def unserved() -> str:
     """A task queue no worker polls (until a test serves it)."""
     return f"unserved-{uuid.uuid4().hex[:8]}"
@@ -256,7 +262,7 @@ async def test_a_stale_claim_goes_back_to_the_queue_and_counts_no_attempt(
         harness,
         None,
         dispatch_timeout_ms=None,
-        heartbeat_timeout_ms=500,
+        heartbeat_timeout_ms=LAPSE_THEN_RUN_MS,
         max_attempts=1,
         requeue_stale_claims=True,
     )
@@ -304,7 +310,7 @@ async def test_a_claim_that_reported_running_then_went_silent_is_a_failed_attemp
         harness,
         None,
         dispatch_timeout_ms=None,
-        heartbeat_timeout_ms=500,
+        heartbeat_timeout_ms=LAPSE_THEN_RUN_MS,
         max_attempts=2,
         requeue_stale_claims=True,
     )
@@ -331,7 +337,7 @@ async def test_a_stale_claim_of_a_pool_job_gives_its_lease_to_the_next_job(
     first = await submit(
         harness,
         gates,
-        heartbeat_timeout_ms=500,
+        heartbeat_timeout_ms=LAPSE_THEN_RUN_MS,
         pool="p",
         max_attempts=1,
         requeue_stale_claims=True,

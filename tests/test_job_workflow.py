@@ -307,7 +307,8 @@ async def test_a_claimed_attempt_that_stops_heartbeating_fails_and_the_job_is_re
 ) -> None:
     stand_in = harness.stand_in
     stand_in.script[1] = stand_in.fall_silent(phases=("assigned",))
-    handle = await harness.submit(heartbeat_timeout_ms=500)
+    # Long enough that the second attempt, which heartbeats, never lapses on a loaded box.
+    handle = await harness.submit(heartbeat_timeout_ms=2000)
     job = await handle.result()
     assert job.status == JobStatus.COMPLETED
     assert job.attempts == 2
