@@ -251,5 +251,12 @@ class GateLeases:
         await _signal(gate_workflow_id, GateRelease(job_id=job.id, outcome=kept))
 
 
+# The gates' signal handlers (grant, recall) may await the delivery of a lease given
+# back, which a job that ends meanwhile need not wait for: the signal was sent with the
+# handler's command and reaches the gate after the job closes. ABANDON tells the SDK so
+# (it would warn of a running handler at the end); it changes no command.
+HANDLER_POLICY = workflow.HandlerUnfinishedPolicy.ABANDON
+
+
 async def _signal(gate_workflow_id: str, release: GateRelease) -> None:
     await workflow.get_external_workflow_handle(gate_workflow_id).signal(RELEASE_SIGNAL, release)

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate_models import GateGrant
     from workflows.host_wait import HostWait
     from workflows.job_control import JobControl
-    from workflows.job_leases import GateLeases
+    from workflows.job_leases import HANDLER_POLICY, GateLeases
     from workflows.job_machine import JobMachine
     from workflows.job_states import CANCELLABLE, DISPATCH_TIMEOUT, STOPPABLE, JobStatus
     from workflows.models import (
@@ -375,12 +375,12 @@ class JobWorkflow:
 
     # -- gates' signals ------------------------------------------------------------------
 
-    @workflow.signal(name=names.GRANT_SIGNAL)
+    @workflow.signal(name=names.GRANT_SIGNAL, unfinished_policy=HANDLER_POLICY)
     async def gate_grant(self, grant: GateGrant) -> None:
         """A gate granted its lease; one this job no longer asks for goes back."""
         await self._gates.on_grant(grant)
 
-    @workflow.signal(name=names.RECALL_SIGNAL)
+    @workflow.signal(name=names.RECALL_SIGNAL, unfinished_policy=HANDLER_POLICY)
     async def gate_recall(self, gate_workflow_id: str) -> None:
         """A gate takes back an unclaimed job's lease: a pause, or a pool's lower capacity."""
         await self._gates.on_recall(gate_workflow_id, self._recall_attempt)
