@@ -517,9 +517,9 @@ class EventFeed:
         running: list[tuple[str, EventsMemo]] = []
         for execution in page:
             raw = (await execution.memo()).get(EVENTS_MEMO)
-            if raw is None:
+            memo = None if raw is None else visibility_queries.events_memo(execution.id, raw)
+            if memo is None:
                 continue
-            memo = EventsMemo.model_validate(raw)
             if memo.transitions and self._shown(execution.id, memo.transitions[-1]):
                 running.append((execution.id, memo))
         gate = asyncio.Semaphore(PROGRESS_READS_AT_ONCE)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -382,7 +382,11 @@ class GateService:
             raw = (await execution.memo()).get(GATE_MEMO)
             if raw is None:
                 continue
-            view = GateView.model_validate(raw)
+            try:
+                view = GateView.model_validate(raw)
+            except ValidationError as err:  # not a gate jobforge started: left out
+                visibility_queries.unreadable(execution.id, GATE_MEMO, err)
+                continue
             if view.kind == kind and execution.id == self._gates.ref(kind, view.key).workflow_id:
                 views.append(view)
         return sorted(views, key=lambda view: view.key)

@@ -214,10 +214,10 @@ async def audit(client: Client, limit: int, tenant: str | None = EVERY_TENANT) -
     for rows in listed:
         for execution in rows.executions:
             raw = (await execution.memo()).get(EVENTS_MEMO)
-            if raw is None:
+            memo = None if raw is None else visibility_queries.events_memo(execution.id, raw)
+            if memo is None:
                 continue
             read += 1
-            memo = EventsMemo.model_validate(raw)
             entries += [
                 AuditEntry(
                     job_id=execution.id,

@@ -28,7 +28,6 @@ from temporalio.client import Client
 from api import visibility_queries
 from api.event_feed import JobEvent
 from workflows.job_states import JobStatus
-from workflows.models import EventsMemo
 from workflows.names import EVENTS_MEMO
 from workflows.search_attributes import JOBS, job_filter
 
@@ -212,9 +211,9 @@ class StatsSeries:
         rows = await visibility_queries.recent(self._client, query, offset=0, limit=REBUILD_SAMPLE)
         for execution in rows.executions:
             raw = (await execution.memo()).get(EVENTS_MEMO)
-            if raw is None:
+            memo = None if raw is None else visibility_queries.events_memo(execution.id, raw)
+            if memo is None:
                 continue
-            memo = EventsMemo.model_validate(raw)
             started: int | None = None
             for transition in memo.transitions:
                 if transition.status == JobStatus.RUNNING:

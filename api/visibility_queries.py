@@ -27,12 +27,14 @@ import binascii
 import hashlib
 import hmac
 import itertools
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from pydantic import ValidationError
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import Client, WorkflowExecution
@@ -40,9 +42,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workflows import search_attributes
 from workflows.errors import InvalidField
-from workflows.models import PRIORITY_LIMIT
+from workflows.models import PRIORITY_LIMIT, EventsMemo
+from workflows.names import EVENTS_MEMO
 
 T = TypeVar("T")
+
+log = logging.getLogger("jobforge.visibility")
 
 # Temporal's largest visibility page (frontend.visibilityMaxPageSize, default 1000).
 MAX_PAGE = 1000
@@ -164,12 +169,38 @@ async def memos(
     client: Client, rows: Sequence[WorkflowExecutionInfo], key: str, hint: type[T]
 ) -> list[tuple[str, T]]:
     """The workflow id and the memo `key` (as `hint`) of each raw row that has one, in
-    one decode."""
+    one decode. A memo that is not a `hint` (a run of the workflow type that jobforge did
+    not start) leaves its row out, logged, rather than failing the read of the others."""
     kept = [row for row in rows if key in row.memo.fields]
-    values = await client.data_converter.decode(
-        [row.memo.fields[key] for row in kept], [hint] * len(kept)
-    )
+    payloads = [row.memo.fields[key] for row in kept]
+    try:
+        values = await client.data_converter.decode(payloads, [hint] * len(kept))
+    except Exception:  # some memo is not one: each again, and the others kept
+        found: list[tuple[str, T]] = []
+        for row, payload in zip(kept, payloads, strict=True):
+            try:
+                [value] = await client.data_converter.decode([payload], [hint])
+            except Exception as err:
+                unreadable(row.execution.workflow_id, key, err)
+                continue
+            found.append((row.execution.workflow_id, value))
+        return found
     return [(row.execution.workflow_id, value) for row, value in zip(kept, values, strict=True)]
+
+
+def unreadable(workflow_id: str, key: str, err: Exception) -> None:
+    """Log a memo left out of a read."""
+    log.warning("%s: its memo %s is not jobforge's, left out: %s", workflow_id, key, err)
+
+
+def events_memo(workflow_id: str, raw: object) -> EventsMemo | None:
+    """A run's events memo, as decoded by `execution.memo()`; None (logged) if it is
+    not one, so that such a run never fails a read of many."""
+    try:
+        return EventsMemo.model_validate(raw)
+    except ValidationError as err:
+        unreadable(workflow_id, EVENTS_MEMO, err)
+        return None
 
 
 async def every_memo(client: Client, query: str, key: str, hint: type[T]) -> list[tuple[str, T]]:
