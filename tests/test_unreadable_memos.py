@@ -22,6 +22,8 @@ from workflows import names, search_attributes
 pytestmark = pytest.mark.usefixtures("session_worker")
 
 NOT_A_MEMO = {"transitions": "not a list"}
+# A job's identity with no transition: every job's memo holds its submission.
+NO_TRANSITION = {"type": "x", "priority": 0, "created_at": 1, "transitions": []}
 
 
 @pytest.fixture
@@ -30,14 +32,14 @@ async def foreign_runs(client: Client) -> AsyncIterator[Callable[..., Any]]:
     returns once visibility lists the run."""
     started: list[str] = []
 
-    async def start(workflow: str, memo_key: str, **attributes: Any) -> str:
+    async def start(workflow: str, memo_key: str, memo: Any = NOT_A_MEMO, **attributes: Any) -> str:
         run_id = f"foreign-{uuid.uuid4().hex}"
         await client.start_workflow(
             workflow,
             {"not": "an input"},
             id=run_id,
             task_queue=f"nobody-{run_id}",
-            memo={memo_key: NOT_A_MEMO},
+            memo={memo_key: memo},
             **attributes,
         )
         started.append(run_id)
@@ -66,8 +68,9 @@ def ok(api: Api, path: str, **params: str) -> Any:
     return response.json()
 
 
+@pytest.mark.parametrize("memo", [NOT_A_MEMO, NO_TRANSITION], ids=["not-a-memo", "no-transition"])
 async def test_a_job_run_with_a_foreign_memo_is_left_out_of_pages_audit_and_stream(
-    api: Api, client: Client, foreign_runs: Callable[..., Any]
+    api: Api, client: Client, foreign_runs: Callable[..., Any], memo: Any
 ) -> None:
     job_type = f"foreign-{uuid.uuid4().hex[:8]}"
     other = f"{job_type}-b"
@@ -77,7 +80,7 @@ async def test_a_job_run_with_a_foreign_memo_is_left_out_of_pages_audit_and_stre
     assert stream.connected.wait(30), stream.error
     attributes = search_attributes.at_submit(job_type, 0, now_ms())
     foreign = await foreign_runs(
-        names.JOB_WORKFLOW, names.EVENTS_MEMO, search_attributes=attributes
+        names.JOB_WORKFLOW, names.EVENTS_MEMO, memo, search_attributes=attributes
     )
     job_id = api.submit(type=other)  # no worker serves it: it stays pending
 

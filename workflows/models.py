@@ -730,7 +730,8 @@ class ClaimedJob(Job):
 class EventsMemo(JobIdentity):
     """What a job's memo holds for the event stream and the job table."""
 
-    transitions: list[Transition]
+    # A job's memo holds its submission at least; one without is not a job's.
+    transitions: list[Transition] = Field(min_length=1)
 
 
 def events_memo(job: Job) -> dict[str, JsonValue]:
