@@ -295,6 +295,42 @@ def test_an_earlier_transition_of_the_same_millisecond_does_not_turn_a_row_back(
     assert page.evaluate(deliver, {**event, "seq": last["seq"] + 1}) is None
 
 
+def test_a_replayed_transition_from_before_the_read_does_not_put_another_pages_job_on_top(
+    page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
+) -> None:
+    # A stream opened after a page replays from before its read: the jobs of page 2 that
+    # completed then are already on page 2, not new to page 1.
+    solver = make_solver('print("{}")\n')
+    ids = [api.submit(**solver.spec(job_type, params={"i": i})) for i in range(3)]
+    jobs = {job_id: api.wait_status(job_id, "completed") for job_id in ids}
+    sign_in(page, api, job_type=job_type, query="?limit=2")
+    page.locator('#status-chips .chip[data-status="completed"]').click()
+    rows = page.locator("#jobs-body tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#next-page")).to_be_enabled()
+    shown = [tr.get_attribute("data-job-id") for tr in rows.all()]
+    [elsewhere] = [job_id for job_id in ids if job_id not in shown]
+    job = jobs[elsewhere]
+    completed = {
+        **job["transitions"][-1],
+        "event": "job:completed",
+        "id": elsewhere,
+        "type": job_type,
+        "priority": job["priority"],
+        "created_at": job["created_at"],
+    }
+    # The stream's batch handler takes the events; the rows on screen after it.
+    deliver = (
+        "events => { state.queued.push(...events); flushEvents();"
+        " return [...document.querySelectorAll('#jobs-body tr')].map(tr => tr.dataset.jobId); }"
+    )
+
+    assert page.evaluate(deliver, [completed]) == shown
+    # A job that completes after the read is new to page 1: on top at once.
+    later = {**completed, "ts": completed["ts"] + 3_600_000}
+    assert page.evaluate(deliver, [later]) == [elsewhere, shown[0]]
+
+
 def test_pages_are_walked_with_next_and_prev(
     page: Page, api: Api, job_type: str, make_solver: Callable[[str], Solver]
 ) -> None:

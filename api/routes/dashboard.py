@@ -20,6 +20,7 @@ from api.routes.jobs import (
     TargetFilter,
     WorkerFilter,
 )
+from engine.clock import now_ms
 from workflows.models import TYPE_PATTERN
 from workflows.token_models import Role
 
@@ -81,6 +82,7 @@ async def whoami(principal: PrincipalDep) -> WhoAmI:
 @router.get("/jobs/page", response_model=JobPage)
 async def jobs_page(
     views: ViewsDep,
+    response: Response,
     scope: ScopeDep,
     status: StatusFilter = None,
     type: TypeFilter = None,
@@ -95,8 +97,10 @@ async def jobs_page(
     """Job summaries one page at a time (cheap at any job count): open jobs first,
     newest first, then closed ones, most recently closed first. Filtered as
     `GET /api/jobs` is (each filter a clause of the one visibility query); an admin
-    reads one tenant's with `X-Tenant`."""
+    reads one tenant's with `X-Tenant`. `X-Read-At`: when the page was asked of
+    visibility (epoch ms); a transition before it is in the page, or on another one."""
     narrow = PageFilter(group=group, pool=pool, target=target, worker=worker, id_prefix=id_prefix)
+    response.headers["X-Read-At"] = str(now_ms())
     return await views.page(status, type, limit, page_token, scope.query_tenant, narrow)
 
 

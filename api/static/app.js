@@ -444,9 +444,10 @@ async function loadPage() {
   if (!response.ok) throw new Error(await errorText(response));
   const page = await response.json();
   if (generation !== state.generation || !state.running) return;
-  // The API's clock at the read (its Date header, to the second): where a new stream
-  // starts its replay.
-  const served = Date.parse(response.headers.get("date") || "");
+  // The API's clock at the read (X-Read-At, else its Date header, to the second): where
+  // a new stream starts its replay, and what is older than the page.
+  const readAt = Number(response.headers.get("X-Read-At"));
+  const served = readAt || Date.parse(response.headers.get("date") || "");
   if (!Number.isNaN(served)) state.pageReadAt = served;
   state.nextToken = page.next_page_token;
   renderJobs(page.jobs.map(overlay).filter(matches));
@@ -632,7 +633,10 @@ function handleEvent(event, fresh) {
   } else if (fresh.has(event.id)) {
     applyEvent(fresh.get(event.id), event);
   } else if (state.page === 0 && (event.event === "job:created" || state.status)) {
-    fresh.set(event.id, summaryOf(event));
+    // A transition from before the page's read (a stream replaying from before it) is
+    // in that read, on this page or another: the re-read places it, not the top.
+    if (state.pageReadAt && event.ts < state.pageReadAt) state.pageDirty = true;
+    else fresh.set(event.id, summaryOf(event));
   }
 }
 
