@@ -267,9 +267,10 @@ def test_the_stream_sends_a_jobs_progress_at_most_once_per_progress_publish_ms(
     events = stream.finish()
     progress = stream.progress()
     assert len(progress) >= 2, [e.event for e in events]
-    # The worker sent a new value every 0.1 s; the API read it once a second.
-    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(progress)]
-    assert min(gaps) >= 0.5, gaps
+    # The worker sent a new value every 0.1 s; the API read it once a second: rounds start
+    # a second apart, so over the run there are at most as many events as seconds, and
+    # one. (Not the gaps between arrivals: a round slowed by a busy box sends late, and
+    # the next, on time, arrives soon after it: 0.31 s once, run 92.)
     names = [e.event for e in events]
     ran_s = (
         events[names.index("job:completed")].data["ts"]
