@@ -516,8 +516,7 @@ class EventFeed:
             page, next_token = await self._running_page(None)  # past the end: start over
         running: list[tuple[str, EventsMemo]] = []
         for execution in page:
-            raw = (await execution.memo()).get(EVENTS_MEMO)
-            memo = None if raw is None else visibility_queries.events_memo(execution.id, raw)
+            memo = await visibility_queries.events_memo(execution)
             if memo is None:
                 continue
             if memo.transitions and self._shown(execution.id, memo.transitions[-1]):

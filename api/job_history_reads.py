@@ -42,11 +42,12 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from api import visibility_queries
 from workflows import search_attributes
 from workflows.errors import JobNotFound, TemporalUnavailable
 from workflows.job_states import ENDED, JobStatus, is_ended
-from workflows.models import EventsMemo, Job, JobInput, as_fired, pending_job
-from workflows.names import EVENTS_MEMO, attempt_activity_id
+from workflows.models import Job, JobInput, as_fired, pending_job
+from workflows.names import attempt_activity_id
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ class JobReader:
         if inp is None:
             return None
         job = pending_job(inp)
-        memo = await self._events_memo(execution)
+        memo = await visibility_queries.events_memo(execution)
         if memo is None or not memo.transitions:
             shown = execution.typed_search_attributes.get(search_attributes.STATUS)
             with contextlib.suppress(ValueError):  # none, or one this code does not know
@@ -196,16 +197,6 @@ class JobReader:
                 "transitions": memo.transitions,
             }
         )
-
-    @staticmethod
-    async def _events_memo(execution: WorkflowExecution) -> EventsMemo | None:
-        raw = (await execution.memo()).get(EVENTS_MEMO)
-        if raw is None:
-            return None
-        try:
-            return EventsMemo.model_validate(raw)
-        except ValidationError:
-            return None
 
     def forget(self, execution: WorkflowExecution) -> None:
         """Drop what was kept of a run (deleted)."""
@@ -272,7 +263,7 @@ class JobReader:
 
     async def _untouched_memo(self, execution: WorkflowExecution) -> bool:
         """Whether the job's memo holds only its submit's transition."""
-        memo = await self._events_memo(execution)
+        memo = await visibility_queries.events_memo(execution)
         transitions = memo.transitions if memo is not None else []
         return len(transitions) == 1 and transitions[0].status == JobStatus.PENDING
 

@@ -213,8 +213,7 @@ async def audit(client: Client, limit: int, tenant: str | None = EVERY_TENANT) -
     read = 0
     for rows in listed:
         for execution in rows.executions:
-            raw = (await execution.memo()).get(EVENTS_MEMO)
-            memo = None if raw is None else visibility_queries.events_memo(execution.id, raw)
+            memo = await visibility_queries.events_memo(execution)
             if memo is None:
                 continue
             read += 1

@@ -28,7 +28,6 @@ from temporalio.client import Client
 from api import visibility_queries
 from api.event_feed import JobEvent
 from workflows.job_states import JobStatus
-from workflows.names import EVENTS_MEMO
 from workflows.search_attributes import JOBS, job_filter
 
 log = logging.getLogger("jobforge.stats")
@@ -210,8 +209,7 @@ class StatsSeries:
         )
         rows = await visibility_queries.recent(self._client, query, offset=0, limit=REBUILD_SAMPLE)
         for execution in rows.executions:
-            raw = (await execution.memo()).get(EVENTS_MEMO)
-            memo = None if raw is None else visibility_queries.events_memo(execution.id, raw)
+            memo = await visibility_queries.events_memo(execution)
             if memo is None:
                 continue
             started: int | None = None

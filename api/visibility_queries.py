@@ -193,13 +193,16 @@ def unreadable(workflow_id: str, key: str, err: Exception) -> None:
     log.warning("%s: its memo %s is not jobforge's, left out: %s", workflow_id, key, err)
 
 
-def events_memo(workflow_id: str, raw: object) -> EventsMemo | None:
-    """A run's events memo, as decoded by `execution.memo()`; None (logged) if it is
-    not one, so that such a run never fails a read of many."""
+async def events_memo(execution: WorkflowExecution) -> EventsMemo | None:
+    """A run's events memo; None if it has none, or (logged) one that is not a job's,
+    so that such a run never fails a read of many."""
+    raw = (await execution.memo()).get(EVENTS_MEMO)
+    if raw is None:
+        return None
     try:
         return EventsMemo.model_validate(raw)
     except ValidationError as err:
-        unreadable(workflow_id, EVENTS_MEMO, err)
+        unreadable(execution.id, EVENTS_MEMO, err)
         return None
 
 
