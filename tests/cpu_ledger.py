@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -144,8 +144,6 @@ def pytest_configure(config: pytest.Config) -> None:
 # The session dev server's counters the summary sums: its requests by service and
 # operation (gRPC calls to the frontend, matching and history) and its database's.
 SERVER_COUNTERS = ("service_requests", "persistence_requests")
-_COUNTER = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def keep_server_metrics(where: Path, url: str) -> None:
@@ -156,13 +154,13 @@ def keep_server_metrics(where: Path, url: str) -> None:
         text = httpx.get(url, timeout=10).text
     except httpx.HTTPError:
         return
-    for raw in text.splitlines():
-        found = _COUNTER.match(raw)
-        if found is None or found[1] not in SERVER_COUNTERS:
+    for family in text_string_to_metric_families(text):
+        if family.name not in SERVER_COUNTERS:
             continue
-        labels = dict(_LABEL.findall(found[2]))
-        key = f"{found[1]} {labels.get('service_name', '?')} {labels.get('operation', '?')}"
-        counts[key] += int(float(found[3]))
+        for sample in family.samples:
+            labels = sample.labels
+            key = f"{family.name} {labels.get('service_name', '?')} {labels.get('operation', '?')}"
+            counts[key] += int(sample.value)
     (where / f"{worker}.server.json").write_text(json.dumps(dict(counts)))
 
 
