@@ -5,11 +5,12 @@ A token is `jf_` and 32 random bytes, url-safe base64. Only its SHA-256 is store
 fast hash is right for a secret with 256 bits of entropy (no guessing to slow down,
 unlike a password). Checking one is a hash and a dict lookup on the replica's copy,
 which a background task reads from the registry's memo every `refresh_s` (a describe:
-the server answers it, no worker is needed). A copy read more than `STALE_S` ago is
-not trusted: the replica reads again before it answers, and if it cannot, token calls
-get a 503 (the bootstrap secret does not depend on the table). So a token revoked
-anywhere is refused everywhere within `STALE_S`. Uses are counted in memory and sent
-to the registry in one signal per `flush_s`.
+the server answers it, no worker is needed) while tokens are being checked; a replica
+that checked none for `IDLE_S` reads nothing until the next check. A copy read more
+than `STALE_S` ago is not trusted: the replica reads again before it answers, and if
+it cannot, token calls get a 503 (the bootstrap secret does not depend on the table).
+So a token revoked anywhere is refused everywhere within `STALE_S`. Uses are counted
+in memory and sent to the registry in one signal per `flush_s`.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ STALE_S = 4.0
 # begin at most this often for such misses: a token made on another replica a moment
 # ago works at once, and forged ones cost at most two reads a second.
 MISS_REREAD_S = 0.5
+# The background reads pause after this long without a check (a replica that only sees
+# the bootstrap secret, or no call, makes no read); the next check reads first, its copy
+# being stale by then.
+IDLE_S = 60.0
 READ_TIMEOUT = timedelta(seconds=2)
 # An update that reached the registry as it continued as new is sent again.
 UPDATE_RETRIES = 5
@@ -102,6 +107,7 @@ class TokenTable:
         *,
         refresh_s: float = 2.0,
         flush_s: float = 30.0,
+        idle_s: float = IDLE_S,
     ) -> None:
         self._client = client
         self._task_queue = task_queue
@@ -109,6 +115,7 @@ class TokenTable:
         self._bootstrap = bootstrap_secret.encode()
         self._refresh_s = refresh_s
         self._flush_s = flush_s
+        self._idle_s = idle_s
         self._by_hash: dict[str, Principal] = {}
         self._by_id: dict[str, Principal] = {}
         self._read_at: float | None = None  # monotonic start of the last good read
@@ -120,6 +127,8 @@ class TokenTable:
         self._reading: asyncio.Task[None] | None = None
         self._used: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._checked_at = -idle_s  # monotonic time of the last check against the copy
+        self._checking = asyncio.Event()  # set by a check: the background reads resume
 
     # -- checking a token -------------------------------------------------------------
 
@@ -146,6 +155,8 @@ class TokenTable:
     async def _lookup(self, find: Callable[[], Principal | None]) -> Principal | None:
         """`find()` in a copy no older than `STALE_S`; on a miss, again in a read that
         began after it."""
+        self._checked_at = time.monotonic()
+        self._checking.set()
         if self._read_at is None or time.monotonic() - self._read_at > STALE_S:
             await self.refresh()
         principal = find()
@@ -336,6 +347,10 @@ class TokenTable:
     async def _keep_fresh(self) -> None:
         failing = False
         while True:
+            if time.monotonic() - self._checked_at > self._idle_s:
+                self._checking.clear()
+                await self._checking.wait()
+                continue  # the check that woke this reads its stale copy itself
             try:
                 await self.refresh()
             except Exception as err:  # the loop must outlive any one read

@@ -5,6 +5,7 @@ tests/test_tokens.py proves the wiring."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -155,11 +156,13 @@ async def test_the_table_and_its_memo_survive_continue_as_new(replicas: Replicas
 
 class Outage:
     """A client whose reads of the token table fail while `down` (Temporal unreachable
-    from this replica); every other call goes through."""
+    from this replica), and that notes when each was asked; every other call goes
+    through."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
         self.down = False
+        self.reads: list[float] = []  # monotonic times
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -173,6 +176,7 @@ class Outage:
                 return getattr(handle, name)
 
             async def describe(self, **kwargs: Any) -> Any:
+                outage.reads.append(time.monotonic())
                 if outage.down:
                     raise RPCError("unreachable", RPCStatusCode.UNAVAILABLE, b"")
                 return await handle.describe(**kwargs)
@@ -203,3 +207,37 @@ async def test_a_replica_that_cannot_read_the_table_stops_trusting_its_copy(
     assert await cut_off.resolve(SECRET) == BOOTSTRAP  # the bootstrap secret needs no table
     outage.down = False
     assert await cut_off.resolve(token) is not None
+
+
+async def test_a_replica_reads_the_table_while_tokens_are_checked_and_not_when_idle(
+    replicas: Replicas,
+) -> None:
+    watched = Outage(replicas.client)
+    table = TokenTable(
+        watched,  # type: ignore[arg-type]
+        replicas.task_queue,
+        SECRET,
+        refresh_s=0.1,
+        idle_s=0.5,
+    )
+    _, token = await replicas.a.create("idle", "producer", None)
+    table.start()
+    try:
+        assert await table.resolve(SECRET) == BOOTSTRAP  # the secret needs no table
+        assert await table.resolve(token) is not None  # the first check reads
+
+        async def read(times: int) -> bool:
+            return len(watched.reads) >= times
+
+        async def paused() -> bool:
+            return time.monotonic() - watched.reads[-1] > 1.0
+
+        await wait_until_async(lambda: read(3), timeout=10, what="reads in the background")
+        # Without a check for idle_s, the background reads stop...
+        await wait_until_async(paused, timeout=10, what="the reads to pause")
+        paused_at = len(watched.reads)
+        # ...and the next check starts them again.
+        assert await table.resolve(token) is not None
+        await wait_until_async(lambda: read(paused_at + 2), timeout=10, what="reads again")
+    finally:
+        await table.stop()
