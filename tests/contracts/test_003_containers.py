@@ -346,8 +346,13 @@ def test_run_simulation_maps_the_designs_body_and_names_its_fields_when_refused(
     assert job["volumes"] == [
         {"host": str(shared / "configs"), "container": "/configs", "mode": "ro"}
     ]
-    queue = {entry["job_id"]: entry for entry in ok(hub.http.get("/queue"))}
-    assert queue[job_id] == {"job_id": job_id, "preferred_host": host, "require_host": True}
+    # The lists are read from visibility, which shows a job a moment after its start.
+    entry = wait_until(
+        lambda: next((e for e in ok(hub.http.get("/queue")) if e["job_id"] == job_id), None),
+        timeout=15,
+        what=f"{job_id} in /queue",
+    )
+    assert entry == {"job_id": job_id, "preferred_host": host, "require_host": True}
     assert job_id in [row["job_id"] for row in ok(hub.http.get("/jobs"))]
     assert sims.next_job(f"other-{uuid.uuid4().hex[:6]}", within=1) is None  # pinned elsewhere
     payload = sims.next_job(host)
