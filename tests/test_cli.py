@@ -222,7 +222,12 @@ def test_list_prints_a_line_per_job_filtered_by_type_and_status(
         [broken, "quarantined", job_type],
     ]
     assert both[0].endswith("p=2 attempts=1")
-    assert [line.split()[0] for line in listed("--status", "completed")] == [done]
+    # The status filter reads visibility, which shows a job's end a moment after it.
+    wait_until(
+        lambda: [line.split()[0] for line in listed("--status", "completed")] == [done],
+        timeout=30,
+        what="the completed job alone",
+    )
     assert [line.split()[0] for line in listed("--order", "priority", "--limit", "1")] == [done]
     assert sorted(line.split()[0] for line in listed()) == sorted([done, broken])
 

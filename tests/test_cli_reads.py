@@ -78,11 +78,16 @@ def test_show_and_list_print_the_apis_json(api: Api) -> None:
     api.wait_status(job_id, "completed")
 
     shown = printed_json(api, "show", job_id)
-    listed = printed_json(api, "list", "--type", REGISTERED_TYPE, "--limit", "500")
+
+    # The list reads visibility, which shows the job a moment after it is made.
+    def with_the_job() -> Any:
+        jobs = printed_json(api, "list", "--type", REGISTERED_TYPE, "--limit", "500")
+        return jobs if job_id in {job["id"] for job in jobs} else None
+
+    listed = wait_until(with_the_job, timeout=30, what="the job listed")
 
     assert shown == api.job(job_id)
     assert isinstance(listed, list)
-    assert job_id in {job["id"] for job in listed}
     assert {job["type"] for job in listed} == {REGISTERED_TYPE}
 
 

@@ -270,7 +270,7 @@ def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
 
     resumed = ok(jobforge(api.url, "target", "resume", target, "--skip"))
     assert resumed == f"resumed target {target}, skipping {job_id}\n"
-    assert shown(api, "target", "show", target) == {
+    idle = {
         "target": target,
         "halted": False,
         "halted_by": None,
@@ -278,6 +278,10 @@ def test_target_show_names_the_halting_job_and_resume_retries_or_skips_it(
         "pending": 0,
         "counts": {"pending": 0, "assigned": 0, "running": 0, "stop_requested": 0},
     }
+    # The counts read visibility, which shows the job's last transition a moment later.
+    wait_until(
+        lambda: shown(api, "target", "show", target) == idle, timeout=30, what="an idle target"
+    )
     assert ok(jobforge(api.url, "target", "resume", target)) == f"target {target} was not halted\n"
 
 

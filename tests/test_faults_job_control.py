@@ -634,19 +634,30 @@ def test_stops_sent_while_the_worker_is_killed_end_every_job(
         raise CancelRace("\n".join(race[:20]))
 
 
+# How long the page may take to show each job of the batch as its memo last recorded it.
+LISTED_DOWN_S = 5.0
+
+
 def _listed_while_down(api: Api, job_type: str, batch: dict[str, str]) -> list[str]:
     """With no worker to answer a query, a page of jobs still answers, each job of the
     batch in it as its memo last recorded it (api/job_history_reads.py): running, or
-    completed (a 2 s solver may have ended just before the kill)."""
-    page = api.http.get("/api/jobs", params={"type": job_type, "limit": 100})
-    if page.status_code != 200:
-        return [f"list while the worker was down: {page.status_code} {page.text[:200]}"]
-    listed = {row["id"]: row["status"] for row in page.json()}
-    return [
-        f"{job_id} listed {listed.get(job_id)!r} while the worker was down"
-        for job_id in batch
-        if listed.get(job_id) not in ("running", "completed")
-    ]
+    completed (a 2 s solver may have ended just before the kill). Read again for up to
+    LISTED_DOWN_S: visibility shows the memo's `running` a moment after the job's own
+    read does."""
+    deadline = time.monotonic() + LISTED_DOWN_S
+    while True:
+        page = api.http.get("/api/jobs", params={"type": job_type, "limit": 100})
+        if page.status_code != 200:
+            return [f"list while the worker was down: {page.status_code} {page.text[:200]}"]
+        listed = {row["id"]: row["status"] for row in page.json()}
+        problems = [
+            f"{job_id} listed {listed.get(job_id)!r} while the worker was down"
+            for job_id in batch
+            if listed.get(job_id) not in ("running", "completed")
+        ]
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(0.2)  # the pace of the re-reads
 
 
 # -- 3. an agent gone silent under a stop ------------------------------------------------

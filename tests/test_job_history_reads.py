@@ -59,12 +59,21 @@ def test_a_page_reads_jobs_as_their_workflows_hold_them_and_waiting_or_done_ones
     api.wait_status(claimed, "assigned")
     truth = {job_id: stored(api.job(job_id)) for job_id in [*done, *waiting, cancelled, claimed]}
 
-    page = listed(api, type=job_type) | listed(api, type=idle) | listed(api, type=claimed_type)
+    # A job is listed once visibility shows it, a moment after it is made.
+    def every_one_listed() -> dict[str, Any] | None:
+        page = listed(api, type=job_type) | listed(api, type=idle) | listed(api, type=claimed_type)
+        return page if page.keys() == truth.keys() else None
+
+    page = wait_until(every_one_listed, timeout=30, what="every job listed")
     assert page == truth
     # A pinned job waits for its host: its workflow says so, and so does its row.
     pinned = api.submit(type=f"{job_type}-pinned", require_host="nowhere")
     wait_until(lambda: api.job(pinned)["waiting_for"] == "host", what="waiting for its host")
-    rows = api.http.get("/api/jobs", params={"type": f"{job_type}-pinned"}).json()
+    rows = wait_until(
+        lambda: api.http.get("/api/jobs", params={"type": f"{job_type}-pinned"}).json(),
+        timeout=30,
+        what="the pinned job listed",
+    )
     assert [(row["id"], row["waiting_for"]) for row in rows] == [(pinned, "host")]
 
     # Without a workflow worker, a query finds nobody to replay the job; a fresh API

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack, wait_until
+from tests.conftest import REGISTERED_TYPE, Api, Solver, Stack, wait_until, wait_until_async
 from tests.procs import Proc
 from worker.devserver import DevServer
 from workflows import search_attributes
@@ -185,7 +185,12 @@ def test_a_pool_admits_when_its_capacity_allows(api: Api, name: str) -> None:
     }
     job_id = api.submit(type=REGISTERED_TYPE, pool=name, cost_units=2)
     waiting_for(api, job_id, "pool_capacity")
-    pool = ok(api.http.get(f"/api/pools/{name}"))
+    # Its counts read visibility, which shows the job a moment after it is made.
+    pool = wait_until(
+        lambda: found if (found := ok(api.http.get(f"/api/pools/{name}")))["pending"] else None,
+        timeout=30,
+        what="the job counted",
+    )
     assert (pool["pending"], pool["counts"]) == (1, {**NO_OPEN_JOBS, "pending": 1})
     ok(api.http.put(f"/api/pools/{name}", json={"capacity": 2}))
     api.wait_status(job_id, "completed")
@@ -381,7 +386,12 @@ async def test_an_admission_only_job_is_taken_now_or_refused_with_retry_after(
     # Nothing was made for the refused submissions: two jobs ever named the pool.
     client = await Client.connect(temporal.address)
     query = f"{search_attributes.POOL.name} = '{name}'"
-    assert (await client.count_workflows(query)).count == 2
+
+    async def counted() -> int | None:  # visibility shows the second a moment after
+        found = (await client.count_workflows(query)).count
+        return found if found >= 2 else None
+
+    assert await wait_until_async(counted, timeout=30, what="both jobs counted") == 2
 
 
 def test_admission_reject_needs_a_pool(api: Api) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Api
+from tests.conftest import Api, wait_until
 
 # Its workflows host the token registry.
 pytestmark = pytest.mark.usefixtures("session_worker")
@@ -43,12 +43,17 @@ def test_a_tenant_lists_only_its_own_workers_and_registers_none_for_another(api:
             answer = worker.post("/api/workers/register", json={"worker_id": worker_id})
             assert answer.status_code == 204, answer.text
 
+    # Records reach visibility, which the list reads, a moment after they are made.
+    def both_listed() -> dict[str, Any] | None:
+        every = listed(api.http)
+        return every if set(ids.values()) <= set(every) else None
+
+    every: dict[str, Any] = wait_until(both_listed, timeout=30, what="both workers listed")
+    assert every[ids[theirs]]["tenant"] == theirs
     with as_token(api, token(api, "reader", ours)) as reader:
         seen = listed(reader)
     assert ids[ours] in seen and seen[ids[ours]]["tenant"] == ours
     assert ids[theirs] not in seen
-    every = listed(api.http)
-    assert every[ids[theirs]]["tenant"] == theirs
 
     with as_token(api, token(api, "worker", ours)) as worker:
         spoof = worker.post(

@@ -169,6 +169,25 @@ def group_line(status: str, group: str) -> str:
     return found.group(0)
 
 
+def status_when(
+    env: dict[str, str], workspace: Path, ready: Callable[[str], bool], what: str
+) -> str:
+    """`queue-status` once `ready` holds of what it prints: its lists and counts read
+    visibility, which shows a change a moment after it is made."""
+
+    def shown() -> str | None:
+        status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+        return status if ready(status) else None
+
+    found: str = wait_until(shown, timeout=30, what=what)
+    return found
+
+
+def has_line(status: str, line: str) -> bool:
+    """Whether `queue-status` printed `line` as a line of its own."""
+    return line in status.splitlines()
+
+
 def daemon_line(status: str) -> str:
     found = re.search(r"^daemon: .*$", status, re.M)
     assert found, status
@@ -214,7 +233,12 @@ def test_an_enqueued_run_is_queued_then_the_daemon_runs_it_and_status_says_so(
         3,
     )
 
-    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
+    status = status_when(
+        env,
+        workspace,
+        lambda s: job_id in run_lines(s) and has_line(s, f"group {group}: queued=1"),
+        "the run listed",
+    )
     assert daemon_line(status) == "daemon: none (unhealthy)"
     assert group_line(status, group) == f"group {group}: queued=1"
     row = run_lines(status)[job_id]
@@ -340,10 +364,12 @@ def test_a_daemon_takes_only_its_own_workspaces_runs(
     )
     assert not (theirs / "started-t-1").exists()
     assert other["t-1"] not in daemon.output()
-    status = ok(rf(env, "queue-status", "--workspace", str(mine)))
-    assert list(run_lines(status)) == [own["m-1"]]
-    status = ok(rf(env, "queue-status", "--workspace", str(theirs)))
-    assert list(run_lines(status)) == [other["t-1"]]
+    status = status_when(
+        env, mine, lambda s: list(run_lines(s)) == [own["m-1"]], "its own run alone"
+    )
+    status = status_when(
+        env, theirs, lambda s: list(run_lines(s)) == [other["t-1"]], "the other's run alone"
+    )
     assert run_lines(status)[other["t-1"]]["state"] == "queued"
 
     start_daemon(theirs, 1)
@@ -400,8 +426,8 @@ def test_a_daemon_moves_its_workspaces_runs_queued_before_routing_by_workspace(
     again = re.search(rf"JOB_ENQUEUED (\S+) run_id=old-3 moved_from={late}\]", daemon.output())
     assert again, daemon.output()
     job_when(hub, again.group(1), status="completed")
-    status = ok(rf(env, "queue-status", "--workspace", str(mine)))
-    assert group_line(status, group) == f"group {group}: succeeded=2 canceled=2"
+    line = f"group {group}: succeeded=2 canceled=2"
+    status_when(env, mine, lambda s: has_line(s, line), line)
 
     left = hub.job(foreign)
     assert (left["status"], left["attempts"], left["type"]) == ("pending", 0, LEGACY_RUN_TYPE)
@@ -480,8 +506,8 @@ def test_pausing_a_group_stops_new_starts_while_its_running_runs_finish(
     held = [r for r in runs if r not in running]
     for run_id in held:
         job_when(hub, jobs[run_id], status="pending", waiting_for="group_paused")
-    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
-    assert group_line(status, group) == f"group {group} paused: queued=2 succeeded=2"
+    line = f"group {group} paused: queued=2 succeeded=2"
+    status_when(env, workspace, lambda s: has_line(s, line), line)
     assert not [r for r in held if (workspace / f"started-{r}").exists()]
 
     assert ok(rf(env, "resume-group", "--group-id", group, "--workspace", str(workspace))) == (
@@ -489,8 +515,8 @@ def test_pausing_a_group_stops_new_starts_while_its_running_runs_finish(
     )
     for run_id in held:
         job_when(hub, jobs[run_id], status="completed")
-    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
-    assert group_line(status, group) == f"group {group}: succeeded=4"
+    line = f"group {group}: succeeded=4"
+    status_when(env, workspace, lambda s: has_line(s, line), line)
 
 
 def enqueue_two_sweeps(env: dict[str, str], workspace: Path) -> dict[str, str]:
@@ -621,8 +647,8 @@ def test_retry_failed_enqueues_a_groups_failed_runs_again(
     job_when(hub, jobs["good"], status="completed")
     job_when(hub, jobs["bad"], status="quarantined")
     daemon.wait_for(f"[RF:QUEUE=JOB_DONE {jobs['bad']} run_id=bad status=failed]")
-    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
-    assert group_line(status, group) == f"group {group}: succeeded=1 failed=1"
+    line = f"group {group}: succeeded=1 failed=1"
+    status = status_when(env, workspace, lambda s: has_line(s, line), line)
     assert run_lines(status)[jobs["bad"]]["state"] == "failed" == design_state(hub, jobs["bad"])
     # Each run's start and end times, and the failed one's error.
     for run_id, failed in (("good", False), ("bad", True)):
@@ -643,8 +669,8 @@ def test_retry_failed_enqueues_a_groups_failed_runs_again(
     ]
     job = job_when(hub, jobs["bad"], status="completed")
     assert job["attempts"] == 2
-    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
-    assert group_line(status, group) == f"group {group}: succeeded=2"
+    line = f"group {group}: succeeded=2"
+    status = status_when(env, workspace, lambda s: has_line(s, line), line)
     assert run_lines(status)[jobs["bad"]]["attempt"] == "2"
 
 
@@ -663,8 +689,10 @@ def test_cancel_group_cancels_its_queued_runs_and_exits_5(
     done = rf(env, "cancel-group", "--group-id", group, "--workspace", str(workspace))
 
     assert ok(done, 5) == f"[RF:GROUP=CANCELED {group} runs=2]\n"
-    status = ok(rf(env, "queue-status", "--workspace", str(workspace)))
-    assert group_line(status, group) == f"group {group}: canceled=2"
+    line = f"group {group}: canceled=2"
+    status = status_when(
+        env, workspace, lambda s: has_line(s, line) and set(ids) <= set(run_lines(s)), line
+    )
     for job_id in ids:
         row = run_lines(status)[job_id]
         assert row["state"] == "canceled" == design_state(hub, job_id)

@@ -141,8 +141,8 @@ def test_the_list_shows_a_held_jobs_lease_as_get_does(target: Target) -> None:
 
     def listed() -> dict[str, Any] | None:
         rows = ok(target.hub.http.get(target.base, headers=target.headers))
-        row = next(row for row in rows if row["id"] == created["id"])
-        return row if row["status"] == "RUNNING" else None
+        row = next((row for row in rows if row["id"] == created["id"]), None)
+        return row if row is not None and row["status"] == "RUNNING" else None
 
     def agreeing() -> dict[str, Any] | None:
         # Read once the two agree: the held `running` report lands 0.5 s after the beat,
@@ -186,7 +186,12 @@ def test_a_queued_job_is_canceled_and_the_tenant_is_required_and_scopes_jobs(
     job = target.create()
     canceled = ok(target.post(job["id"], "cancel", slash=""))
     assert canceled["status"] == "CANCELED"
-    listed = ok(hub.http.get(target.base, headers=target.headers))
+    # The list reads visibility, which shows a job a moment after it is made.
+    listed = wait_until(
+        lambda: ok(hub.http.get(target.base, headers=target.headers)),
+        timeout=30,
+        what="the job listed",
+    )
     assert [row["id"] for row in listed] == [job["id"]]
     assert listed[0]["status"] == "CANCELED"
 
