@@ -41,7 +41,9 @@ def schedule_item(page: Page, schedule_id: str) -> Locator:
 def test_the_panel_shows_a_schedule_and_its_buttons_pause_trigger_and_resume_it(
     page: Page, api: Api, schedule_id: str
 ) -> None:
-    body = {"id": schedule_id, "interval": 3600, "job": {"type": REGISTERED_TYPE}}
+    # Weekly: an interval fires at the multiples of it since the epoch, so an hourly
+    # one made at 14:59:50 fires at 15:00 before the panel shows "not fired yet".
+    body = {"id": schedule_id, "interval": 7 * 86400, "job": {"type": REGISTERED_TYPE}}
     created = api.http.post("/api/schedules", json=body)
     assert created.status_code == 201, created.text
     sign_in(page, api)
@@ -49,7 +51,7 @@ def test_the_panel_shows_a_schedule_and_its_buttons_pause_trigger_and_resume_it(
     item = schedule_item(page, schedule_id)
     expect(item).to_have_attribute("data-paused", "false", timeout=30_000)
     expect(item.locator('[data-field="state"]')).to_have_text("active")
-    expect(item.locator('[data-field="when"]')).to_have_text("every 1 h 0 min")
+    expect(item.locator('[data-field="when"]')).to_have_text("every 168 h 0 min")
     expect(item.locator('[data-field="type"]')).to_have_text(REGISTERED_TYPE)
     expect(item.locator('[data-field="next"]')).to_contain_text("next ")
     expect(item.locator('[data-field="last"]')).to_have_text("not fired yet")
