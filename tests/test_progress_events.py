@@ -35,28 +35,26 @@ for step in range(1, 61):
 print(json.dumps({"done": True}))
 """
 
-# STEADY_SOLVER's steps, every 0.05 s, until `gate` exists (30 s at most): a test ends
-# it once it has seen what it waits for, however late the first publish round came.
-STEADY_UNTIL_GATE_SOLVER = """
+
+def until_gate(progress: str, limit_s: int) -> str:
+    """A solver that prints the progress line `progress` (an f-string of `step`) every
+    0.05 s until `gate` exists (`limit_s` at most)."""
+    return f"""
 step = 0
-deadline = time.time() + 30
+deadline = time.time() + {limit_s}
 while not os.path.exists(params["gate"]) and time.time() < deadline:
     step += 1
-    print(f"JOBFORGE_PROGRESS {step / 1000:.4f} step {step}", file=sys.stderr, flush=True)
+    print({progress}, file=sys.stderr, flush=True)
     time.sleep(0.05)
-print(json.dumps({"done": True}))
+print(json.dumps({{"done": True}}))
 """
 
-# Counts steps in its progress every 0.05 s until `gate` exists (60 s at most).
-TICKING_SOLVER = """
-step = 0
-deadline = time.time() + 60
-while not os.path.exists(params["gate"]) and time.time() < deadline:
-    step += 1
-    print(f"JOBFORGE_PROGRESS 0.5 tick {step}", file=sys.stderr, flush=True)
-    time.sleep(0.05)
-print(json.dumps({"done": True}))
-"""
+
+# STEADY_SOLVER's steps until `gate` exists: a test ends it once it has seen what it
+# waits for, however late the first publish round came.
+STEADY_UNTIL_GATE_SOLVER = until_gate('f"JOBFORGE_PROGRESS {step / 1000:.4f} step {step}"', 30)
+# Counts steps in its progress until `gate` exists.
+TICKING_SOLVER = until_gate('f"JOBFORGE_PROGRESS 0.5 tick {step}"', 60)
 
 # STEADY_SOLVER for 6 s: several publish rounds of 1 s fit even when the first comes late.
 LONG_STEADY_SOLVER = STEADY_SOLVER.replace("range(1, 61)", "range(1, 121)").replace(
