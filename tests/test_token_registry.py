@@ -5,6 +5,7 @@ tests/test_tokens.py proves the wiring."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -239,5 +240,35 @@ async def test_a_replica_reads_the_table_while_tokens_are_checked_and_not_when_i
         # ...and the next check starts them again.
         assert await table.resolve(token) is not None
         await wait_until_async(lambda: read(paused_at + 2), timeout=10, what="reads again")
+    finally:
+        await table.stop()
+
+
+async def test_the_background_reads_outlive_an_outage_and_say_when_they_read_again(
+    replicas: Replicas, caplog: pytest.LogCaptureFixture
+) -> None:
+    outage = Outage(replicas.client)
+    table = TokenTable(
+        outage,  # type: ignore[arg-type]
+        replicas.task_queue,
+        SECRET,
+        refresh_s=0.1,
+    )
+    _, token = await replicas.a.create("outage", "producer", None)
+    caplog.set_level(logging.INFO, logger="jobforge.api")
+    table.start()
+    try:
+        assert await table.resolve(token) is not None  # the reads run from now on
+        outage.down = True
+
+        async def logged(text: str) -> bool:
+            return any(text in record.getMessage() for record in caplog.records)
+
+        await wait_until_async(lambda: logged("trying again"), timeout=10, what="the warning")
+        outage.down = False
+        await wait_until_async(
+            lambda: logged("the token table is read again"), timeout=10, what="the recovery"
+        )
+        assert await table.resolve(token) is not None
     finally:
         await table.stop()
