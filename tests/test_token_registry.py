@@ -156,9 +156,9 @@ async def test_the_table_and_its_memo_survive_continue_as_new(replicas: Replicas
 
 
 class Outage:
-    """A client whose reads of the token table fail while `down` (Temporal unreachable
-    from this replica), and that notes when each was asked; every other call goes
-    through."""
+    """A client whose reads of the token table and signals to it fail while `down`
+    (Temporal unreachable from this replica), and that notes when each read was asked;
+    every other call goes through."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
@@ -181,6 +181,11 @@ class Outage:
                 if outage.down:
                     raise RPCError("unreachable", RPCStatusCode.UNAVAILABLE, b"")
                 return await handle.describe(**kwargs)
+
+            async def signal(self, *args: Any, **kwargs: Any) -> Any:
+                if outage.down:
+                    raise RPCError("unreachable", RPCStatusCode.UNAVAILABLE, b"")
+                return await handle.signal(*args, **kwargs)
 
         return Handle()
 
@@ -272,3 +277,23 @@ async def test_the_background_reads_outlive_an_outage_and_say_when_they_read_aga
         assert await table.resolve(token) is not None
     finally:
         await table.stop()
+
+
+async def test_uses_a_flush_could_not_send_go_with_the_next_one(replicas: Replicas) -> None:
+    outage = Outage(replicas.client)
+    table = TokenTable(outage, replicas.task_queue, SECRET)  # type: ignore[arg-type]
+    record, token = await replicas.a.create("flushed", "producer", None)
+    assert await table.resolve(token) is not None  # one use, counted in memory
+    outage.down = True
+    with pytest.raises(RPCError):
+        await table.flush_uses()
+    outage.down = False
+    await table.flush_uses()  # the use kept from the failed flush
+
+    async def recorded() -> bool:
+        found = [r for r in await replicas.b.records() if r.id == record.id]
+        return bool(found) and found[0].last_used_at is not None
+
+    await wait_until_async(recorded, timeout=10, what="the use in the registry")
+    # With no registry on its task queue, a replica lists no token.
+    assert await TokenTable(replicas.client, f"none-{uuid.uuid4().hex[:8]}", SECRET).records() == []
