@@ -5,6 +5,7 @@ tests/test_tokens.py proves the wiring."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -190,6 +191,17 @@ class Outage:
         return Handle()
 
 
+@contextlib.asynccontextmanager
+async def started(outage: Outage, replicas: Replicas, **timing: float) -> AsyncIterator[TokenTable]:
+    """A table reading through `outage` every 0.1 s, its background tasks running."""
+    table = TokenTable(outage, replicas.task_queue, SECRET, refresh_s=0.1, **timing)  # type: ignore[arg-type]
+    table.start()
+    try:
+        yield table
+    finally:
+        await table.stop()
+
+
 async def test_a_replica_that_cannot_read_the_table_stops_trusting_its_copy(
     replicas: Replicas,
 ) -> None:
@@ -219,16 +231,8 @@ async def test_a_replica_reads_the_table_while_tokens_are_checked_and_not_when_i
     replicas: Replicas,
 ) -> None:
     watched = Outage(replicas.client)
-    table = TokenTable(
-        watched,  # type: ignore[arg-type]
-        replicas.task_queue,
-        SECRET,
-        refresh_s=0.1,
-        idle_s=0.5,
-    )
     _, token = await replicas.a.create("idle", "producer", None)
-    table.start()
-    try:
+    async with started(watched, replicas, idle_s=0.5) as table:
         assert await table.resolve(SECRET) == BOOTSTRAP  # the secret needs no table
         assert await table.resolve(token) is not None  # the first check reads
 
@@ -245,24 +249,15 @@ async def test_a_replica_reads_the_table_while_tokens_are_checked_and_not_when_i
         # ...and the next check starts them again.
         assert await table.resolve(token) is not None
         await wait_until_async(lambda: read(paused_at + 2), timeout=10, what="reads again")
-    finally:
-        await table.stop()
 
 
 async def test_the_background_reads_outlive_an_outage_and_say_when_they_read_again(
     replicas: Replicas, caplog: pytest.LogCaptureFixture
 ) -> None:
     outage = Outage(replicas.client)
-    table = TokenTable(
-        outage,  # type: ignore[arg-type]
-        replicas.task_queue,
-        SECRET,
-        refresh_s=0.1,
-    )
     _, token = await replicas.a.create("outage", "producer", None)
     caplog.set_level(logging.INFO, logger="jobforge.api")
-    table.start()
-    try:
+    async with started(outage, replicas) as table:
         assert await table.resolve(token) is not None  # the reads run from now on
         outage.down = True
 
@@ -275,8 +270,6 @@ async def test_the_background_reads_outlive_an_outage_and_say_when_they_read_aga
             lambda: logged("the token table is read again"), timeout=10, what="the recovery"
         )
         assert await table.resolve(token) is not None
-    finally:
-        await table.stop()
 
 
 async def test_uses_a_flush_could_not_send_go_with_the_next_one(replicas: Replicas) -> None:
