@@ -63,7 +63,7 @@ lint: $(STAMP)
 # The fault battery at full load (CI runs it reduced, within `make test`); docs/reliability.md.
 FAULT_TESTS := tests/test_faults_processes.py tests/test_faults_scheduling.py \
 	tests/test_faults_inputs.py tests/test_fuzz.py tests/test_faults_job_control.py \
-	tests/test_faults_tenants.py
+	tests/test_faults_tenants.py tests/test_faults_dispatch.py
 faults: $(STAMP)
 	JOBFORGE_FAULT_LOAD=full $(BIN)/pytest -q $(FAULT_TESTS)
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.auth import ByDep, PrincipalDep
 from api.deps import Authorized, BulkDep, ScopeDep
@@ -15,6 +16,17 @@ from workflows.errors import BulkNotFound
 router = APIRouter(prefix="/api/jobs/bulk", tags=["jobs"], dependencies=[Authorized])
 
 OpId = Annotated[str, Path(pattern=r"^bulk-[0-9a-f]{32}$", description="Operation id")]
+
+
+class OpIdConvertor(StringConvertor):
+    """A `{op_id:bulk_op_id}` path segment: anything but `count`, a route of its own, so
+    `GET /api/jobs/bulk/count` is a 405 naming POST (the `OpId` pattern then answers a
+    malformed id with a 422 naming the field)."""
+
+    regex = r"(?!count(?:/|$))[^/]+"
+
+
+register_url_convertor("bulk_op_id", OpIdConvertor())
 
 
 class BulkRequest(BaseModel):
@@ -59,7 +71,7 @@ async def count_bulk(body: BulkCountRequest, bulk: BulkDep, scope: ScopeDep) -> 
     return BulkCount(matched=await bulk.count(body.filter, scope))
 
 
-@router.get("/{op_id}", response_model=BulkProgress)
+@router.get("/{op_id:bulk_op_id}", response_model=BulkProgress)
 async def read_bulk(op_id: OpId, bulk: BulkDep, scope: ScopeDep) -> BulkProgress:
     """An operation's progress: matched, done, failed, state (`listing`, `running`,
     `done`)."""
