@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, status
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.auth import ByDep, PrincipalDep
 from api.deps import Authorized, BulkDep, ScopeDep
+from api.routes.segments import segment_except
 from workflows.bulk_models import BulkAction, BulkFilter, BulkProgress
 from workflows.errors import BulkNotFound
 
@@ -18,15 +18,9 @@ router = APIRouter(prefix="/api/jobs/bulk", tags=["jobs"], dependencies=[Authori
 OpId = Annotated[str, Path(pattern=r"^bulk-[0-9a-f]{32}$", description="Operation id")]
 
 
-class OpIdConvertor(StringConvertor):
-    """A `{op_id:bulk_op_id}` path segment: anything but `count`, a route of its own, so
-    `GET /api/jobs/bulk/count` is a 405 naming POST (the `OpId` pattern then answers a
-    malformed id with a 422 naming the field)."""
-
-    regex = r"(?!count(?:/|$))[^/]+"
-
-
-register_url_convertor("bulk_op_id", OpIdConvertor())
+# `{op_id:bulk_op_id}` never takes `count`, a route of its own: `GET /api/jobs/bulk/count`
+# is a 405 naming POST.
+segment_except("bulk_op_id", ("count",))
 
 
 class BulkRequest(BaseModel):

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response, status
 from pydantic import BaseModel
-from starlette.convertors import StringConvertor, register_url_convertor
 
 from api.auth import ByDep
 from api.deps import Authorized, BatchesDep, GatesDep, JobsDep, MetricsDep, ScopeDep
 from api.job_batch import BATCH_MAX, BatchAnswer, BatchRequest
 from api.job_service import LIST_LIMIT_MAX
+from api.routes.segments import segment_except
 from workflows.job_states import CountKind, JobStatus
 from workflows.models import (
     TARGET_PATTERN,
@@ -48,20 +48,14 @@ IdPrefixFilter = Annotated[
     Query(pattern=FIRED_JOB_ID_PATTERN, description="Its id starts with this"),
 ]
 
-# Routes of their own under /api/jobs/. A job id path segment never takes these names, so
-# each such path is served by its own route for every method: `DELETE /api/jobs/counts`
-# is a 405, and the `Allow` of `OPTIONS /api/jobs/counts` names only that route's methods.
+# Routes of their own under /api/jobs/. A job id path segment (`{job_id:job_id}`) never
+# takes these names, so each such path is served by its own route for every method:
+# `DELETE /api/jobs/counts` is a 405, and the `Allow` of `OPTIONS /api/jobs/counts` names
+# only that route's methods.
 RESERVED_JOB_PATHS = ("batch", "bulk", "claim", "counts", "events", "page")
 
 
-class JobIdConvertor(StringConvertor):
-    """A `{job_id:job_id}` path segment: anything but a reserved name (the `JobId`
-    pattern then answers a malformed id with a 422 naming the field)."""
-
-    regex = f"(?!(?:{'|'.join(RESERVED_JOB_PATHS)})(?:/|$))[^/]+"
-
-
-register_url_convertor("job_id", JobIdConvertor())
+segment_except("job_id", RESERVED_JOB_PATHS)
 
 
 class Submitted(BaseModel):
